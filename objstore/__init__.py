@@ -1,0 +1,46 @@
+"""objstore: the content-addressed session store of ags.
+
+Messages, summaries and agent state are immutable, zstd-compressed objects
+named by their BLAKE3 hash; sessions are refs to commit-like nodes. See
+docs/FORMAT.md for the on-disk format and ``Store`` for the API.
+"""
+
+from .errors import (
+    AgsError,
+    AmbiguousSpec,
+    CorruptObject,
+    InvalidInput,
+    InvalidName,
+    ObjectError,
+    ObjectMissing,
+    RefConflict,
+    SessionArchived,
+    SessionBusy,
+    SpecError,
+    StoreFormatError,
+    UnknownSpec,
+)
+from .nodes import Node
+from .store import LogEntry, ReflogLine, SessionInfo, Store, Target
+
+__all__ = [
+    "AgsError",
+    "AmbiguousSpec",
+    "CorruptObject",
+    "InvalidInput",
+    "InvalidName",
+    "LogEntry",
+    "Node",
+    "ObjectError",
+    "ObjectMissing",
+    "RefConflict",
+    "ReflogLine",
+    "SessionArchived",
+    "SessionBusy",
+    "SessionInfo",
+    "SpecError",
+    "Store",
+    "StoreFormatError",
+    "Target",
+    "UnknownSpec",
+]

@@ -1,0 +1,61 @@
+"""Canonical JSON: the one byte form of a JSON value that ids are computed on.
+
+Sorted keys, no insignificant white space, UTF-8, non-ASCII characters as
+themselves (not ``\\u`` escapes). The same value always gives the same bytes,
+so the same message gets the same id in any session on any machine.
+
+Only values that survive a JSON round trip exactly are accepted: dicts with
+string keys, lists, strings, ints, finite floats, booleans and None. A tuple,
+a non-string key, NaN or a lone surrogate would come back different, so it is
+refused instead of silently changed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .errors import InvalidInput
+
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+
+
+def check_json(value: Any, where: str = "value") -> None:
+    """Raise InvalidInput if ``value`` would not come back exactly from JSON."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        kind = type(item)
+        if kind is str:
+            continue
+        if kind is dict:
+            for key, sub in item.items():
+                if type(key) is not str:
+                    raise InvalidInput(f"{path}: key {key!r} is not a string")
+                stack.append((sub, f"{path}.{key}"))
+        elif kind is list:
+            stack.extend((sub, f"{path}[{i}]") for i, sub in enumerate(item))
+        elif kind is float:
+            if not math.isfinite(item):
+                raise InvalidInput(f"{path}: {item!r} is not a JSON number")
+        elif item is None or kind is bool or kind is int:
+            continue
+        else:
+            raise InvalidInput(f"{path}: {kind.__name__} is not a JSON type")
+
+
+def dumps(value: Any, where: str = "value") -> bytes:
+    """The canonical bytes of a JSON value that passed ``check_json``."""
+    try:
+        return _encoder.encode(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{where}: text holds a lone surrogate, which UTF-8 cannot store"
+        ) from None
+
+
+def loads(data: bytes) -> Any:
+    return json.loads(data)

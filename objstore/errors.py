@@ -1,0 +1,89 @@
+"""The one exception hierarchy of ags.
+
+Every error a user can cause, and every problem found in a store, is an
+``AgsError``. Callers catch at the level they care about (``AgsError`` for
+"print it and exit", ``RefConflict`` for "someone else moved the ref"), and
+the command line turns any ``AgsError`` into one line on stderr.
+"""
+
+from __future__ import annotations
+
+
+class AgsError(Exception):
+    """Base of every error ags raises on purpose."""
+
+
+class InvalidInput(AgsError):
+    """A value given to the store is not acceptable (bad message, bad name)."""
+
+
+class InvalidName(InvalidInput):
+    """A ref name, session id or object id that is malformed or tries to leave the store."""
+
+
+class StoreFormatError(AgsError):
+    """The directory is not an ags store, or has a format this version cannot read."""
+
+
+class ObjectError(AgsError):
+    """Base of problems with one object."""
+
+    def __init__(self, object_id: str, message: str) -> None:
+        super().__init__(message)
+        self.object_id = object_id
+
+
+class ObjectMissing(ObjectError):
+    """No object has this id."""
+
+    def __init__(self, object_id: str) -> None:
+        super().__init__(object_id, f"object {object_id} is missing")
+
+
+class CorruptObject(ObjectError):
+    """A stored object does not decode, or its content does not hash to its id."""
+
+    def __init__(self, object_id: str, why: str) -> None:
+        super().__init__(object_id, f"object {object_id} is corrupt: {why}")
+
+
+class SpecError(AgsError):
+    """A ref spec does not name exactly one thing."""
+
+
+class UnknownSpec(SpecError):
+    """Nothing matches the spec."""
+
+
+class AmbiguousSpec(SpecError):
+    """A prefix matches several sessions or nodes; ``candidates`` lists them."""
+
+    def __init__(self, spec: str, candidates: list[str]) -> None:
+        shown = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
+        super().__init__(f"ambiguous spec {spec!r}: it matches {shown}")
+        self.spec = spec
+        self.candidates = candidates
+
+
+class RefConflict(AgsError):
+    """A compare-and-swap found a different value than the caller expected."""
+
+
+class SessionBusy(AgsError):
+    """Another writer holds the session."""
+
+    def __init__(self, session: str, pid: int | None) -> None:
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(f"session {session} is open for writing by {holder}")
+        self.session = session
+        self.pid = pid
+
+
+class SessionArchived(AgsError):
+    """The session is archived and must be unarchived before it is written."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(
+            f"session {session} is archived; unarchive it before resuming or appending"
+        )
+        self.session = session

@@ -1,0 +1,170 @@
+"""Durable file primitives: the only code in ags that makes a file durable.
+
+The atomic-replace protocol, used for loose objects, ref files and pack
+indexes alike:
+
+1. write the new content to a fresh file in the store's ``tmp/`` directory;
+2. ``fsync`` it;
+3. ``rename`` it over the destination (atomic: a reader sees the old file or
+   the new one, never a mix);
+4. ``fsync`` the destination's directory, so the rename itself survives a
+   power loss.
+
+``durable=False`` skips the two syncs; the caller then promises a later
+``sync_paths`` (bulk work syncs once at the end).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+# Plain strings on the hot path (an append touches several files): pathlib's
+# object churn costs more than the system calls it wraps.
+StrPath = str | os.PathLike[str]
+
+
+def fsync_dir(path: StrPath) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
+    """Write ``data`` to a new uniquely named file in ``tmp_dir``; return its path."""
+    tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
+    """Rename ``tmp`` over ``dest`` and, if durable, sync ``dest``'s directory."""
+    parent = os.path.dirname(dest)
+    try:
+        os.rename(tmp, dest)
+    except FileNotFoundError:
+        os.makedirs(parent, exist_ok=True)
+        os.rename(tmp, dest)
+    if durable:
+        fsync_dir(parent)
+
+
+def atomic_write(tmp_dir: StrPath, dest: StrPath, data: bytes, *, durable: bool = True) -> None:
+    """The whole protocol: ``dest`` holds ``data`` afterwards, or is unchanged."""
+    replace(write_new(tmp_dir, data, durable=durable), dest, durable=durable)
+
+
+def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
+    """Append one line to a log file in a single write, creating it if needed."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_paths(files: Iterable[StrPath]) -> None:
+    """fsync each file and each directory holding one: the end of a bulk write."""
+    dirs: set[str] = set()
+    for path in files:
+        dirs.add(os.path.dirname(path))  # a deleted file's directory needs its sync too
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in dirs:
+        fsync_dir(d)
+
+
+class FileLock:
+    """An OS advisory lock (``flock``) on one file, released by a crash.
+
+    ``flock`` locks belong to an open file, so two ``FileLock`` objects on one
+    path exclude each other even inside one process.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._locked = False
+
+    @property
+    def held(self) -> bool:
+        return self._locked
+
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Take the lock; with ``blocking=False`` return False if it is held elsewhere."""
+        if self._locked:
+            return True
+        fd = self._fd
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            if self._fd is None:
+                os.close(fd)
+            return False
+        except BaseException:
+            if self._fd is None:
+                os.close(fd)
+            raise
+        self._fd = fd
+        self._locked = True
+        return True
+
+    def unlock(self) -> None:
+        """Drop the lock but keep the file open, so the next ``acquire`` is one system call."""
+        if self._locked and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._locked = False
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise RuntimeError(f"lock {self.path} is not held")
+        return self._fd
+
+    def release(self) -> None:
+        """Drop the lock and close the file."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._locked = False
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

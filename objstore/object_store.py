@@ -1,0 +1,227 @@
+"""The object database: loose objects and packs behind one get/put interface.
+
+Where objects go:
+
+* ``put(..., pack=True)`` (appends, batches) appends to this handle's own
+  pack; ``sync()`` makes everything appended so far durable with one fsync.
+  That is what makes a durable append cost one sync for all of its objects.
+* ``put(..., pack=False)`` writes one loose file
+  (``objects/<2 hex>/<62 hex>``) with the atomic-replace protocol, durable
+  when it returns. Loose files pay for single objects written outside a
+  stream; gc folds them into packs.
+
+Writing an object that already exists is a no-op. Every read is verified
+against the id.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import objects
+from .errors import ObjectMissing
+from .files import FileLock, atomic_write
+from .packs import MAX_PACK_BYTES, OpenPack, PackWriter, Replay, SealedPack
+
+
+class ObjectStore:
+    """Objects of one store. ``replay`` restores refs from the ref updates of a
+    pack left by a crash (see packs.py); ``recovery_lock`` serialises that
+    recovery with the first look of every new handle, so no handle reads a ref
+    while another is still restoring it."""
+
+    def __init__(self, root: Path, tmp_dir: Path, replay: Replay, recovery_lock: FileLock) -> None:
+        self.root = root
+        self._root = os.fspath(root)
+        self.pack_dir = root / "pack"
+        self._tmp_dir = tmp_dir
+        self._replay = replay
+        self._recovery_lock = recovery_lock
+        self._sealed: dict[str, SealedPack] = {}
+        self._open: dict[str, OpenPack] = {}
+        self._writer: PackWriter | None = None
+        with recovery_lock:
+            self._refresh()
+
+    # -- discovery -----------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Pick up packs written or sealed by other processes since the last look."""
+        with self._recovery_lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        try:
+            names = os.listdir(self.pack_dir)
+        except FileNotFoundError:
+            return
+        own = self._writer.path.name if self._writer else None
+        for name in names:
+            if not name.endswith(".pack") or name == own:
+                continue
+            stem = name[: -len(".pack")]
+            if stem in self._sealed:
+                continue
+            path = self.pack_dir / name
+            if f"{stem}.idx" in names:
+                opened = self._open.pop(stem, None)
+                if opened:
+                    opened.close()
+                self._sealed[stem] = SealedPack(path)
+                continue
+            pack = self._open.get(stem)
+            if pack is None:
+                try:
+                    pack = self._open[stem] = OpenPack(path)
+                except FileNotFoundError:
+                    continue
+            if pack.try_recover(self._tmp_dir, self._replay):
+                pack.close()
+                del self._open[stem]
+                self._sealed[stem] = SealedPack(path)
+            else:
+                pack.refresh()
+
+    # -- reading -------------------------------------------------------------
+
+    def loose_path(self, oid: str) -> str:
+        return f"{self._root}/{oid[:2]}/{oid[2:]}"
+
+    def _stored(self, oid: str) -> bytes | None:
+        w = self._writer
+        if w is not None:
+            loc = w.index.get(oid)
+            if loc:
+                return w.read(loc)
+        for pack in self._open.values():
+            loc = pack.find(oid)
+            if loc:
+                return pack.read(loc)
+        for sealed in self._sealed.values():
+            loc = sealed.find(oid)
+            if loc:
+                return sealed.read(loc)
+        try:
+            with open(self.loose_path(oid), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def get(self, oid: str) -> tuple[str, bytes]:
+        """Return ``(kind, body)``; raise ObjectMissing or CorruptObject."""
+        objects.check_id(oid)
+        stored = self._stored(oid)
+        if stored is None:
+            self.refresh()
+            stored = self._stored(oid)
+            if stored is None:
+                raise ObjectMissing(oid)
+        return objects.decode(oid, stored)
+
+    def has(self, oid: str) -> bool:
+        """Whether this handle can see the object (without looking for new packs)."""
+        return self._stored_location_known(oid) or os.path.exists(self.loose_path(oid))
+
+    def _stored_location_known(self, oid: str) -> bool:
+        return (
+            (self._writer is not None and oid in self._writer.index)
+            or any(p.find(oid) for p in self._open.values())
+            or any(p.find(oid) for p in self._sealed.values())
+        )
+
+    def with_prefix(self, prefix: str) -> set[str]:
+        """Every object id starting with ``prefix`` (lower-case hex, at least 2 digits)."""
+        self.refresh()
+        found: set[str] = set()
+        if self._writer is not None:
+            found.update(oid for oid in self._writer.index if oid.startswith(prefix))
+        for pack in self._open.values():
+            found.update(oid for oid in pack.index if oid.startswith(prefix))
+        for sealed in self._sealed.values():
+            found.update(sealed.with_prefix(prefix))
+        try:
+            rest = prefix[2:]
+            found.update(
+                prefix[:2] + name
+                for name in os.listdir(self.root / prefix[:2])
+                if name.startswith(rest) and len(name) == 62
+            )
+        except FileNotFoundError:
+            pass
+        return found
+
+    def ids(self) -> Iterator[str]:
+        """Every object id this handle can see (duplicates across packs are possible)."""
+        self.refresh()
+        if self._writer is not None:
+            yield from list(self._writer.index)
+        for pack in self._open.values():
+            yield from list(pack.index)
+        for sealed in self._sealed.values():
+            yield from sealed.ids()
+        for sub in sorted(os.listdir(self.root)):
+            if len(sub) == 2:
+                for name in os.listdir(self.root / sub):
+                    if len(name) == 62:
+                        yield sub + name
+
+    # -- writing -------------------------------------------------------------
+
+    def put_many(self, items: list[tuple[str, bytes]], *, pack: bool = True) -> list[str]:
+        """Store ``(kind, body)`` objects; return their ids. See the module doc for durability."""
+        ids: list[str] = []
+        new: list[tuple[str, bytes]] = []
+        for kind, body in items:
+            oid, stored = objects.encode(kind, body)
+            ids.append(oid)
+            if self.has(oid) or any(oid == n for n, _ in new):
+                continue
+            new.append((oid, stored))
+        if not new:
+            return ids
+        if pack:
+            self._pack_writer().add(new)
+        else:
+            for oid, stored in new:
+                atomic_write(self._tmp_dir, self.loose_path(oid), stored)
+        return ids
+
+    def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
+        return self.put_many([(kind, body)], pack=pack)[0]
+
+    def _pack_writer(self) -> PackWriter:
+        w = self._writer
+        if w is not None and w.size < MAX_PACK_BYTES:
+            return w
+        if w is not None:
+            self._seal_writer(w)
+        self.pack_dir.mkdir(parents=True, exist_ok=True)
+        self._writer = PackWriter(self.pack_dir, self._tmp_dir)
+        return self._writer
+
+    def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None:
+        """Record a ref update in this handle's pack (durable with the next ``sync``)."""
+        self._pack_writer().add_ref_update(payload, files_to_sync)
+
+    def sync(self) -> None:
+        """Make every object this handle appended to packs durable."""
+        if self._writer is not None:
+            self._writer.sync()
+
+    def _seal_writer(self, w: PackWriter) -> None:
+        w.seal()
+        self._writer = None
+        self._sealed[w.name] = SealedPack(w.path)
+
+    def close(self) -> None:
+        """Seal this handle's pack and let go of every file."""
+        if self._writer is not None:
+            self._seal_writer(self._writer)
+        for pack in self._open.values():
+            pack.close()
+        for sealed in self._sealed.values():
+            sealed.close()
+        self._open.clear()
+        self._sealed.clear()

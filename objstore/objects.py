@@ -1,0 +1,69 @@
+"""Objects: their ids and their stored (encoded) form.
+
+An object is a ``kind`` and a ``body`` of bytes. Its id is the BLAKE3-256 hex
+digest of ``kind + b"\\0" + body``: the uncompressed content, so compression,
+dictionaries or packs never change an id.
+
+The stored form, used byte for byte in loose files and in pack records, is one
+format byte followed by the payload:
+
+* ``0x01``: a zstd frame holding ``kind + b"\\0" + body``.
+
+Any other format byte is refused: a reader never guesses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import blake3
+import zstandard
+
+from .errors import CorruptObject, InvalidName
+
+KINDS: Final = frozenset({"blob", "node"})
+ID_HEX_LEN: Final = 64
+ID_RE: Final = re.compile(r"[0-9a-f]{64}")
+FORMAT_ZSTD: Final = 0x01
+ZSTD_LEVEL: Final = 3
+
+_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def check_id(object_id: str) -> str:
+    """Return ``object_id`` if it is a full object id, else raise InvalidName."""
+    if type(object_id) is not str or not ID_RE.fullmatch(object_id):
+        raise InvalidName(f"not an object id: {object_id!r}")
+    return object_id
+
+
+def object_id(kind: str, body: bytes) -> str:
+    return blake3.blake3(kind.encode("ascii") + b"\0" + body).hexdigest()
+
+
+def encode(kind: str, body: bytes) -> tuple[str, bytes]:
+    """Return ``(id, stored form)`` of an object."""
+    content = kind.encode("ascii") + b"\0" + body
+    oid = blake3.blake3(content).hexdigest()
+    return oid, bytes((FORMAT_ZSTD,)) + _compressor.compress(content)
+
+
+def decode(oid: str, stored: bytes) -> tuple[str, bytes]:
+    """Return ``(kind, body)`` of a stored object, verified against its id."""
+    if not stored:
+        raise CorruptObject(oid, "it is empty")
+    if stored[0] != FORMAT_ZSTD:
+        raise CorruptObject(oid, f"unknown format byte 0x{stored[0]:02x}")
+    try:
+        content = _decompressor.decompress(stored[1:])
+    except zstandard.ZstdError as e:
+        raise CorruptObject(oid, f"zstd: {e}") from None
+    if blake3.blake3(content).hexdigest() != oid:
+        raise CorruptObject(oid, "its content does not hash to its id")
+    kind, sep, body = content.partition(b"\0")
+    text = kind.decode("ascii", "replace")
+    if not sep or text not in KINDS:
+        raise CorruptObject(oid, f"unknown kind {text!r}")
+    return text, body

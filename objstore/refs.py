@@ -1,0 +1,396 @@
+"""Refs: named pointers, changed only by compare-and-swap, each with a reflog.
+
+Ref names and where they live:
+
+* ``sessions/<session id>`` -> ``refs/sessions/<id>``: a session's head node
+  and its metadata;
+* ``tags/<name>`` -> ``refs/tags/<name>``: a node;
+* ``HEAD/<root key>`` -> ``refs/HEAD/<key>``: what a project root has checked
+  out (``sessions/<id>``, or a node id when detached).
+
+A ref file is canonical JSON and a newline: ``{"generation": N, "target": ...}``
+plus fields of its own kind. ``generation`` goes up by one on every update and
+never repeats for a name, deletion included.
+
+Every update goes through ``RefStore.transact``, the one way to change a ref:
+
+1. take the ref's lock (an ``flock`` on one of 256 striped lock files);
+2. read the current value and let the caller's ``change`` decide the new one
+   (a compare-and-swap raises ``RefConflict`` there);
+3. write the new file into ``tmp/`` and fsync it;
+4. append the reflog line and fsync it;
+5. rename the file over the ref and fsync the directory;
+6. unlock.
+
+Readers take no lock: they see the old file or the new one, never a mix.
+
+A *journaled* update (an append: ``transact(..., journal=...)``) makes steps
+3-5 cheap: under the same lock it first records the update in the writer's
+pack, whose one fsync also covers the objects the update points at; the ref
+file and reflog line are then written and renamed without syncs. The pack
+record restores the ref if power is lost before the file reaches the disk
+(``replay``), and the writer syncs the files before it seals the pack. One
+fsync per append instead of four, and the same compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import blake3
+
+from . import canonical, files
+from .errors import InvalidName, RefConflict, StoreFormatError
+from .reflog import ReflogEntry, read_reflog
+
+SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
+TAG_PART_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
+LOCK_STRIPES: Final = 256
+
+Body = dict[str, Any]
+Change = Callable[["RefRecord | None"], "Body | None"]
+
+
+class Journal(Protocol):
+    """Where journaled ref updates are recorded: the writer's pack (ObjectStore)."""
+
+    def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None: ...
+
+    def sync(self) -> None: ...
+
+
+def now_iso() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def check_session_id(session_id: str) -> str:
+    if type(session_id) is not str or not SESSION_ID_RE.fullmatch(session_id):
+        raise InvalidName(f"not a session id: {session_id!r}")
+    return session_id
+
+
+def check_tag_name(name: str) -> str:
+    """Tag names: ``/``-separated parts of letters, digits and ``._+-``, not starting with ``.``."""
+    if type(name) is not str or not 0 < len(name) <= 200:
+        raise InvalidName(f"bad tag name: {name!r}")
+    parts = name.split("/")
+    if not all(TAG_PART_RE.fullmatch(p) for p in parts) or name.endswith(".lock"):
+        raise InvalidName(
+            f"bad tag name {name!r}: use letters, digits and ._+- in /-separated parts"
+        )
+    return name
+
+
+def check_ref_name(name: str) -> str:
+    """Return ``name`` if it is a valid ref name, else raise InvalidName."""
+    kind, sep, rest = name.partition("/") if type(name) is str else ("", "", "")
+    if sep and kind == "sessions":
+        check_session_id(rest)
+    elif sep and kind == "tags":
+        check_tag_name(rest)
+    elif sep and kind == "HEAD" and SESSION_ID_RE.fullmatch(rest):
+        pass
+    else:
+        raise InvalidName(f"bad ref name: {name!r}")
+    return name
+
+
+def head_ref_name(root: str) -> str:
+    """The ref that holds HEAD for a project root (an absolute path)."""
+    return "HEAD/" + blake3.blake3(root.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class RefRecord:
+    name: str
+    generation: int
+    target: str | None
+    body: Body = field(repr=False)
+
+
+@dataclass
+class _Staged:
+    base_generation: int | None  # what the ref on disk was when the batch first touched it
+    record: RefRecord | None
+    entries: list[ReflogEntry]
+
+
+class RefStore:
+    def __init__(self, root: Path, logs: Path, locks: Path, tmp_dir: Path) -> None:
+        self.root = root
+        self._root = os.fspath(root)
+        self._logs = os.fspath(logs)
+        self._locks = locks
+        self._tmp_dir = os.fspath(tmp_dir)
+        self._staged: dict[str, _Staged] | None = None
+        self._stripes: dict[int, files.FileLock] = {}
+
+    # -- reading -------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        return f"{self._root}/{check_ref_name(name)}"
+
+    def log_path(self, name: str) -> str:
+        return f"{self._logs}/{check_ref_name(name)}"
+
+    def read(self, name: str) -> RefRecord | None:
+        if self._staged is not None and name in self._staged:
+            return self._staged[name].record
+        return self._read_file(name)
+
+    def _read_file(self, name: str) -> RefRecord | None:
+        try:
+            with open(self.path(name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            body = canonical.loads(data)
+            return RefRecord(name, int(body["generation"]), body["target"], body)
+        except (ValueError, KeyError, TypeError):
+            raise StoreFormatError(f"ref {name} is unreadable") from None
+
+    def names(self, kind: str) -> Iterator[str]:
+        """Every ref name of a kind (``sessions``, ``tags`` or ``HEAD``), unsorted."""
+        base = self.root / kind
+        seen: set[str] = set()
+        for dirpath, _dirs, filenames in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root)
+            for fn in filenames:
+                name = f"{rel}/{fn}"
+                seen.add(name)
+                yield name
+        if self._staged:
+            for name, st in self._staged.items():
+                if name.startswith(kind + "/") and name not in seen and st.record:
+                    yield name
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The effective reflog of a ref, oldest first (see reflog.py)."""
+        current = self.read(name)
+        entries = read_reflog(self.log_path(name), current.generation if current else None)
+        if self._staged is not None and name in self._staged:
+            entries += self._staged[name].entries
+        return entries
+
+    # -- writing -------------------------------------------------------------
+
+    @contextmanager
+    def _lock(self, name: str) -> Iterator[None]:
+        """Hold the striped lock of ``name``; the lock files stay open for the handle's life."""
+        stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
+        lock = self._stripes.get(stripe)
+        if lock is None:
+            lock = self._stripes[stripe] = files.FileLock(self._locks / f"ref-{stripe:02x}")
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.unlock()
+
+    def transact(
+        self, name: str, reason: str, change: Change, *, journal: Journal | None = None
+    ) -> RefRecord | None:
+        """Update one ref atomically; ``change(current)`` returns the new body or None to delete.
+
+        ``change`` runs under the ref's lock; it raises (``RefConflict`` for a
+        failed compare-and-swap) to leave the ref as it is. Returning the
+        current body unchanged writes nothing. With a ``journal`` the update
+        is journaled (see the module doc); inside a batch it is staged.
+        """
+        check_ref_name(name)
+        with self._lock(name):
+            current = self.read(name)
+            body = change(current)
+            if current is not None and body is current.body:
+                return current
+            if current is None and body is None:
+                return None
+            gen = (current.generation if current else self._last_logged_gen(name)) + 1
+            record = None
+            if body is not None:
+                body = {**body, "generation": gen}
+                record = RefRecord(name, gen, body.get("target"), body)
+            entry = ReflogEntry(
+                current.target if current else None,
+                record.target if record else None,
+                gen,
+                now_iso(),
+                reason,
+            )
+            if self._staged is not None:
+                st = self._staged.get(name)
+                if st is None:
+                    st = self._staged[name] = _Staged(
+                        current.generation if current else None, None, []
+                    )
+                st.record = record
+                st.entries.append(entry)
+            elif journal is not None:
+                payload = canonical.dumps(
+                    {"ref": name, "body": record.body if record else None, "log": entry.as_dict()}
+                )
+                journal.journal_ref_update(payload, [self.path(name), self.log_path(name)])
+                journal.sync()
+                self._commit(name, self._write_file(record, durable=False), [entry], durable=False)
+            else:
+                self._commit(name, self._write_file(record, durable=True), [entry], durable=True)
+            return record
+
+    def _last_logged_gen(self, name: str) -> int:
+        entries = read_reflog(self.log_path(name), None)
+        return max((e.gen for e in entries), default=0)
+
+    def _write_file(self, record: RefRecord | None, *, durable: bool) -> str | None:
+        """Step 3: the new ref file, in ``tmp/`` (None when the ref is being deleted)."""
+        if record is None:
+            return None
+        return files.write_new(self._tmp_dir, canonical.dumps(record.body) + b"\n", durable=durable)
+
+    def _commit(
+        self,
+        name: str,
+        tmp: str | None,
+        entries: list[ReflogEntry],
+        *,
+        durable: bool,
+    ) -> None:
+        """Steps 4-5, with the lock held: log the update, then put the new file in place."""
+        path = self.path(name)
+        try:
+            files.append_line(
+                self.log_path(name),
+                b"".join(e.line() for e in entries),
+                durable=durable,
+            )
+        except BaseException:
+            if tmp is not None:
+                os.unlink(tmp)
+            raise
+        if tmp is not None:
+            files.replace(tmp, path, durable=durable)
+        else:
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+            if durable:
+                files.fsync_dir(os.path.dirname(path))
+
+    def compare_and_swap(
+        self, name: str, expected: str | None, target: str | None, reason: str
+    ) -> RefRecord | None:
+        """Point ``name`` at ``target`` if it now points at ``expected`` (None: absent).
+
+        ``target`` None deletes the ref. Other fields of the body are kept.
+        """
+
+        def change(current: RefRecord | None) -> Body | None:
+            have = current.target if current else None
+            if have != expected or (current is None and expected is not None):
+                raise RefConflict(f"ref {name} is at {have}, not {expected}")
+            if target is None:
+                return None
+            return {**(current.body if current else {}), "target": target}
+
+        return self.transact(name, reason, change)
+
+    # -- batches -------------------------------------------------------------
+
+    def begin_batch(self) -> None:
+        self._staged = {}
+
+    def end_batch(self, before_refs: Callable[[], None]) -> None:
+        """Write every staged ref: new files synced, then renamed, then directories synced.
+
+        ``before_refs`` runs first (the store syncs its objects there), so a
+        ref never becomes durable before what it points at. A batch is not
+        atomic across refs: a conflict on one ref leaves those before it written.
+        """
+        staged, self._staged = self._staged or {}, None
+        if not staged:
+            return
+        before_refs()
+        tmps = {name: self._write_file(st.record, durable=False) for name, st in staged.items()}
+        files.sync_paths(t for t in tmps.values() if t is not None)
+        touched: list[str] = []
+        try:
+            for name, st in staged.items():
+                with self._lock(name):
+                    disk = self._read_file(name)
+                    if (disk.generation if disk else None) != st.base_generation:
+                        raise RefConflict(f"ref {name} changed while a batch was writing it")
+                    self._commit(name, tmps.pop(name), st.entries, durable=False)
+                touched += [self.path(name), self.log_path(name)]
+        finally:
+            for tmp in tmps.values():
+                if tmp is not None:
+                    os.unlink(tmp)
+            files.sync_paths(touched)
+
+    def abort_batch(self) -> None:
+        self._staged = None
+
+    # -- recovery --------------------------------------------------------------
+
+    def replay(self, updates: list[dict[str, Any]]) -> None:
+        """Restore refs from the journaled updates of a crashed writer's pack, oldest first.
+
+        An update is applied only if the ref file is older (lower generation)
+        or unreadable. A missing ref file means the ref was deleted after the
+        update (creation and deletion are never journaled), so nothing is
+        applied. After a plain ``kill -9`` every ref is already current and
+        this writes nothing.
+        """
+        by_ref: dict[str, list[dict[str, Any]]] = {}
+        for update in updates:
+            try:
+                name = check_ref_name(update["ref"])
+                int(update["log"]["gen"])
+            except (KeyError, TypeError, ValueError, InvalidName):
+                continue
+            by_ref.setdefault(name, []).append(update)
+        for name, items in by_ref.items():
+            with self._lock(name):
+                self._replay_one(name, items)
+
+    def _replay_one(self, name: str, items: list[dict[str, Any]]) -> None:
+        if not os.path.exists(self.path(name)):
+            return
+        try:
+            current = self._read_file(name)
+            have = current.generation if current else 0
+        except StoreFormatError:
+            have = 0  # torn by a power loss: any journaled value is better
+        newer = [u for u in items if int(u["log"]["gen"]) > have]
+        if not newer:
+            return
+        logged = {e.gen for e in read_reflog(self.log_path(name), None)}
+        lines = []
+        for u in newer:
+            log = u["log"]
+            if int(log["gen"]) not in logged:
+                lines.append(
+                    ReflogEntry(log["old"], log["new"], int(log["gen"]), log["time"], log["reason"])
+                )
+        last = newer[-1]
+        body = last["body"]
+        record = None
+        if body is not None:
+            record = RefRecord(name, int(body["generation"]), body.get("target"), body)
+        tmp = self._write_file(record, durable=True)
+        if lines:
+            self._commit(name, tmp, lines, durable=True)
+        elif tmp is not None:
+            files.replace(tmp, self.path(name))
+
+    def close(self) -> None:
+        for lock in self._stripes.values():
+            lock.release()
+        self._stripes.clear()

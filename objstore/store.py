@@ -1,0 +1,810 @@
+"""The Store: sessions, their history and their refs, over objects and refs.
+
+This is the public API other tools build on::
+
+    store = Store.open()                       # $AGS_STORE, else ~/.ags
+    sid = store.new_session(title="fix the build", root="/src/app")
+    store.append(sid, {"role": "user", "content": "hi"})
+    store.context(sid)                         # what the model sees
+    fork = store.fork(f"{sid}~1")              # O(1), copies nothing
+
+A store handle belongs to one thread. The first append to a session takes
+the session's writer lock, and the handle keeps it until ``release`` or
+``close``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from . import canonical, objects
+from .errors import (
+    AgsError,
+    AmbiguousSpec,
+    CorruptObject,
+    InvalidInput,
+    ObjectMissing,
+    RefConflict,
+    SessionArchived,
+    SpecError,
+    StoreFormatError,
+    UnknownSpec,
+)
+from .files import FileLock, atomic_write
+from .locks import WriterLock
+from .nodes import Node, node_body, parse_node
+from .object_store import ObjectStore
+from .refs import (
+    SESSION_ID_RE,
+    Body,
+    RefRecord,
+    RefStore,
+    check_session_id,
+    check_tag_name,
+    head_ref_name,
+    now_iso,
+)
+from .specs import HEX_PREFIX, Spec, parse_spec
+
+FORMAT_NAME: Final = "ags-store"
+FORMAT_VERSION: Final = 1
+CONFIG_FILE: Final = "ags-store.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session as listed: its ref's metadata."""
+
+    id: str
+    title: str | None
+    created: str
+    updated: str
+    messages: int
+    root: str | None
+    archived_at: str | None
+    forked_from: dict[str, Any] | None
+    model: str | None
+    head: str | None
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a spec names: a node, and the session it was reached through (if any)."""
+
+    node: str | None
+    session: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One node of a transcript with its message (for a compaction: the summary)."""
+
+    node: Node
+    message: Any = field(compare=False)
+
+    @property
+    def id(self) -> str:
+        return self.node.id
+
+
+@dataclass(frozen=True, slots=True)
+class ReflogLine:
+    old: str | None
+    new: str | None
+    time: str
+    reason: str
+
+
+def _session_ref(sid: str) -> str:
+    return f"sessions/{sid}"
+
+
+def _new_session_id() -> str:
+    # Random, not time-ordered: a short prefix must tell sessions apart, as with Git's hashes.
+    return secrets.token_hex(16)
+
+
+def _session_info(rec: RefRecord) -> SessionInfo:
+    meta = rec.body.get("meta", {})
+    return SessionInfo(
+        id=rec.name.split("/", 1)[1],
+        title=meta.get("title"),
+        created=meta.get("created", ""),
+        updated=meta.get("updated", ""),
+        messages=int(meta.get("messages", 0)),
+        root=meta.get("root"),
+        archived_at=meta.get("archived_at"),
+        forked_from=meta.get("forked_from"),
+        model=meta.get("model"),
+        head=rec.target,
+    )
+
+
+def _with_meta(rec: RefRecord, **changes: Any) -> Body:
+    return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
+
+
+class Store:
+    """A store on local disk. Open with ``Store.open``; close when done (or use ``with``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp_dir = path / "tmp"
+        self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
+        self.objects = ObjectStore(
+            path / "objects", self.tmp_dir, self.refs.replay, FileLock(path / "locks" / "recovery")
+        )
+        self._writers: dict[str, WriterLock] = {}
+        self._heads: dict[str, Node] = {}  # last node appended per session, to skip a read
+        self._batch_depth = 0
+
+    # -- opening and closing ---------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None) -> Store:
+        """Open the store at ``path`` (default ``$AGS_STORE``, else ``~/.ags``), creating it."""
+        if path is None:
+            path = os.environ.get("AGS_STORE") or Path.home() / ".ags"
+        root = Path(path).expanduser().absolute()
+        config = root / CONFIG_FILE
+        try:
+            data = config.read_bytes()
+        except FileNotFoundError:
+            data = None
+        except NotADirectoryError:
+            raise StoreFormatError(f"{root} is a file, not an ags store") from None
+        if data is None:
+            if root.exists() and any(root.iterdir()):
+                raise StoreFormatError(f"{root} is not empty and is not an ags store")
+            for sub in ("objects/pack", "refs/sessions", "refs/tags", "logs", "locks", "tmp"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+            atomic_write(
+                root / "tmp",
+                config,
+                canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n",
+            )
+        else:
+            try:
+                cfg = canonical.loads(data)
+                name, version = cfg["format"], int(cfg["version"])
+            except (ValueError, KeyError, TypeError):
+                raise StoreFormatError(f"{config} is unreadable") from None
+            if name != FORMAT_NAME:
+                raise StoreFormatError(f"{root} is not an ags store")
+            if version > FORMAT_VERSION:
+                raise StoreFormatError(
+                    f"{root} has store format {version}; this ags reads up to {FORMAT_VERSION}"
+                )
+        return cls(root)
+
+    def close(self) -> None:
+        """Seal this handle's pack and release every writer lock."""
+        self.objects.close()
+        self.refs.close()
+        for lock in self._writers.values():
+            lock.release()
+        self._writers.clear()
+        self._heads.clear()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- objects ---------------------------------------------------------------
+
+    def node(self, node_id: str) -> Node:
+        kind, body = self.objects.get(node_id)
+        if kind != "node":
+            raise CorruptObject(node_id, f"expected a node, found a {kind}")
+        return parse_node(node_id, body)
+
+    def blob(self, blob_id: str) -> Any:
+        """The JSON value stored in a blob."""
+        kind, body = self.objects.get(blob_id)
+        if kind != "blob":
+            raise CorruptObject(blob_id, f"expected a blob, found a {kind}")
+        try:
+            return canonical.loads(body)
+        except ValueError:
+            raise CorruptObject(blob_id, "blob is not JSON") from None
+
+    def _put_blob(self, value: Any, where: str) -> str:
+        canonical.check_json(value, where)
+        return self.objects.put("blob", canonical.dumps(value, where))
+
+    # -- sessions --------------------------------------------------------------
+
+    def new_session(
+        self,
+        title: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        model: str | None = None,
+    ) -> str:
+        """Create an empty session; return its id."""
+        _check_title(title)
+        sid = _new_session_id()
+        now = now_iso()
+        meta = {
+            "title": title,
+            "created": now,
+            "updated": now,
+            "archived_at": None,
+            "root": os.path.abspath(root) if root is not None else None,
+            "forked_from": None,
+            "model": model,
+            "messages": 0,
+        }
+
+        def create(current: RefRecord | None) -> Body:
+            if current is not None:
+                raise RefConflict(f"session {sid} already exists")
+            return {"target": None, "meta": meta}
+
+        self.refs.transact(_session_ref(sid), "create", create)
+        return sid
+
+    def session(self, spec: str) -> SessionInfo:
+        """The metadata of the session ``spec`` names."""
+        sid = self.session_id(spec)
+        rec = self.refs.read(_session_ref(sid))
+        if rec is None:
+            raise UnknownSpec(f"no session {sid}")
+        return _session_info(rec)
+
+    def sessions(self, include_archived: bool = False) -> list[SessionInfo]:
+        """Every session, most recently updated first."""
+        rows = []
+        for name in self.refs.names("sessions"):
+            if not SESSION_ID_RE.fullmatch(name.split("/", 1)[1]):
+                continue
+            rec = self.refs.read(name)
+            if rec is None:
+                continue
+            info = _session_info(rec)
+            if include_archived or not info.archived:
+                rows.append(info)
+        rows.sort(key=lambda s: (s.updated, s.id), reverse=True)
+        return rows
+
+    def lock(self, session: str) -> str:
+        """Take the writer lock of a session (SessionBusy if another process has it)."""
+        sid = self.session_id(session)
+        if sid not in self._writers:
+            lock = WriterLock(self.path / "locks", sid)
+            lock.acquire()
+            self._writers[sid] = lock
+        return sid
+
+    def release(self, session: str) -> None:
+        """Let go of a session's writer lock."""
+        sid = self.session_id(session)
+        lock = self._writers.pop(sid, None)
+        self._heads.pop(sid, None)
+        if lock:
+            lock.release()
+
+    def _writable(self, session: str) -> tuple[str, Node | None]:
+        """Lock a session for writing; return its id and head node.
+
+        While this handle holds the writer lock, nobody else can move the
+        head or archive the session, so the head is remembered between appends.
+        """
+        sid = self.lock(session)
+        if sid in self._heads:
+            return sid, self._heads[sid]
+        rec = self.refs.read(_session_ref(sid))
+        if rec is None:
+            raise UnknownSpec(f"no session {sid}")
+        if rec.body.get("meta", {}).get("archived_at"):
+            raise SessionArchived(sid)
+        head = self.node(rec.target) if rec.target else None
+        self._heads[sid] = head
+        return sid, head
+
+    def append(
+        self,
+        session: str,
+        message: dict[str, Any],
+        state: dict[str, Any] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Append one message; return the new node's id. Durable when it returns.
+
+        ``state`` None keeps the previous state. ``meta`` is kept with the node
+        (a ``time`` is added unless given).
+        """
+        if type(message) is not dict:
+            raise InvalidInput("a message must be a JSON object")
+        canonical.check_json(meta, "meta")
+        sid, parent = self._writable(session)
+        message_id = self._put_blob(message, "message")
+        state_id = (
+            self._put_blob(state, "state")
+            if state is not None
+            else (parent.state if parent else None)
+        )
+        count = (parent.messages if parent else 0) + 1
+        return self._add_node(sid, parent, "message", message_id, state_id, count, meta, "append")
+
+    def compact(
+        self,
+        session: str,
+        summary: str | dict[str, Any],
+        keep: int = 0,
+        state: dict[str, Any] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Add a compaction node: from here the context is summary + the last ``keep`` messages.
+
+        A ``str`` summary is stored as the message ``{"role": "user", "content": summary}``.
+        Nothing is removed from the transcript.
+        """
+        if isinstance(summary, str):
+            summary = {"role": "user", "content": summary}
+        if type(summary) is not dict:
+            raise InvalidInput("a summary must be a string or a JSON object")
+        if type(keep) is not int or keep < 0:
+            raise InvalidInput("keep must be a non-negative integer")
+        canonical.check_json(meta, "meta")
+        sid, parent = self._writable(session)
+        if parent is None:
+            raise InvalidInput(f"session {sid} has no messages to compact")
+        in_context = [nid for nid, is_summary in self._context_nodes(parent) if not is_summary]
+        kept = in_context[len(in_context) - keep :] if keep else []
+        summary_id = self._put_blob(summary, "summary")
+        state_id = self._put_blob(state, "state") if state is not None else parent.state
+        return self._add_node(
+            sid, parent, "compaction", summary_id, state_id, parent.messages, meta, "compact", kept
+        )
+
+    def _add_node(
+        self,
+        sid: str,
+        parent: Node | None,
+        type: Any,
+        content: str,
+        state_id: str | None,
+        count: int,
+        meta: dict[str, Any] | None,
+        reason: str,
+        kept: list[str] | None = None,
+    ) -> str:
+        full_meta = {"time": now_iso(), **(meta or {})}
+        parent_id = parent.id if parent else None
+        body = node_body(type, parent_id, content, state_id, count, full_meta, kept)
+        node_id = self.objects.put("node", body)
+
+        def move(current: RefRecord | None) -> Body:
+            if current is None or current.target != parent_id:
+                raise RefConflict(f"session {sid} moved while it was being written")
+            moved = _with_meta(current, updated=full_meta["time"], messages=count)
+            return {**moved, "target": node_id}
+
+        journal = None if self._batch_depth else self.objects
+        self.refs.transact(_session_ref(sid), reason, move, journal=journal)
+        self._heads[sid] = Node(
+            node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ())
+        )
+        return node_id
+
+    # -- reading history ---------------------------------------------------------
+
+    def _context_nodes(self, head: Node) -> list[tuple[str, bool]]:
+        """(node id, is a summary) for each message in the context at ``head``, oldest first."""
+        after: list[tuple[str, bool]] = []
+        node: Node | None = head
+        while node is not None and not node.is_compaction:
+            after.append((node.id, False))
+            node = self.node(node.parent) if node.parent else None
+        prefix: list[tuple[str, bool]] = []
+        if node is not None:
+            prefix = [(node.id, True)] + [(k, False) for k in node.kept]
+        return prefix + after[::-1]
+
+    def context(self, spec: str) -> list[dict[str, Any]]:
+        """The active context at ``spec``: what a model resuming there sees. O(context)."""
+        node_id = self.resolve(spec, allow_empty=True)
+        if node_id is None:
+            return []
+        out = []
+        for nid, _is_summary in self._context_nodes(self.node(node_id)):
+            out.append(self.blob(self.node(nid).content))
+        return out
+
+    def log(self, spec: str) -> Iterator[LogEntry]:
+        """The whole transcript at ``spec``, newest first, compaction nodes included."""
+        node_id = self.resolve(spec, allow_empty=True)
+        while node_id is not None:
+            node = self.node(node_id)
+            yield LogEntry(node, self.blob(node.content))
+            node_id = node.parent
+
+    def state(self, spec: str) -> dict[str, Any]:
+        """The agent state in force at ``spec`` ({} if none was ever stored)."""
+        node_id = self.resolve(spec, allow_empty=True)
+        if node_id is None:
+            return {}
+        state_id = self.node(node_id).state
+        value = self.blob(state_id) if state_id else {}
+        return value if isinstance(value, dict) else {"value": value}
+
+    # -- forks, tags, metadata -------------------------------------------------
+
+    def fork(self, spec: str, title: str | None = None) -> str:
+        """A new session whose head is the node ``spec`` names. O(1): copies no message."""
+        _check_title(title)
+        target = self.lookup(spec)
+        source = self.session(target.session) if target.session else None
+        if target.node is None:
+            count = 0
+        elif source is not None and source.head == target.node:
+            count = source.messages
+        else:
+            count = self.node(target.node).messages
+        sid = _new_session_id()
+        now = now_iso()
+        meta = {
+            "title": title if title is not None else (source.title if source else None),
+            "created": now,
+            "updated": now,
+            "archived_at": None,
+            "root": source.root if source else None,
+            "forked_from": {"session": target.session, "node": target.node},
+            "model": source.model if source else None,
+            "messages": count,
+        }
+
+        def create(current: RefRecord | None) -> Body:
+            if current is not None:
+                raise RefConflict(f"session {sid} already exists")
+            return {"target": target.node, "meta": meta}
+
+        self.refs.transact(_session_ref(sid), f"fork from {spec}", create)
+        return sid
+
+    def _update_meta(self, session: str, reason: str, **changes: Any) -> None:
+        sid = self.session_id(session)
+
+        def change(current: RefRecord | None) -> Body:
+            if current is None:
+                raise UnknownSpec(f"no session {sid}")
+            return _with_meta(current, **changes)
+
+        self.refs.transact(_session_ref(sid), reason, change)
+
+    def set_title(self, session: str, title: str | None) -> None:
+        _check_title(title)
+        self._update_meta(session, "title", title=title)
+
+    def archive(self, session: str) -> None:
+        """Hide a session from listings and refuse writes to it until unarchived."""
+        sid = self._while_locked(session)
+        try:
+            self._update_meta(sid, "archive", archived_at=now_iso())
+        finally:
+            self.release(sid)
+
+    def unarchive(self, session: str) -> None:
+        self._update_meta(session, "unarchive", archived_at=None)
+
+    def delete(self, session: str) -> None:
+        """Remove a session's ref. Its reflog stays, so it can be recovered until gc."""
+        sid = self._while_locked(session)
+        try:
+            self.refs.transact(_session_ref(sid), "delete", lambda cur: None)
+        finally:
+            self.release(sid)
+
+    def _while_locked(self, session: str) -> str:
+        """Take the writer lock so that no writer is cut off mid-session."""
+        sid = self.session_id(session)
+        if sid in self._writers:
+            raise AgsError(f"session {sid} is open for writing in this handle; release it first")
+        return self.lock(sid)
+
+    def rewind(self, session: str, spec: str) -> str:
+        """Move a session's head back to ``spec``, a node of its own history; return it.
+
+        The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
+        """
+        sid, head = self._writable(session)
+        node_id = self.resolve(spec)
+        if node_id not in self._reachable_heads(sid):
+            raise InvalidInput(f"{spec} is not in the history of session {sid}")
+        count = self.node(node_id).messages
+        old = head.id if head else None
+
+        def move(current: RefRecord | None) -> Body:
+            if current is None or current.target != old:
+                raise RefConflict(f"session {sid} moved while it was being rewound")
+            return {**_with_meta(current, updated=now_iso(), messages=count), "target": node_id}
+
+        self.refs.transact(_session_ref(sid), f"rewind to {spec}", move)
+        self._heads.pop(sid, None)
+        return node_id
+
+    def _reachable_heads(self, sid: str) -> set[str]:
+        """Nodes on the chain of the session's head and of every head in its reflog."""
+        rec = self.refs.read(_session_ref(sid))
+        heads = {e.new for e in self.refs.reflog(_session_ref(sid)) if e.new} | (
+            {rec.target} if rec and rec.target else set()
+        )
+        seen: set[str] = set()
+        for head in heads:
+            nid: str | None = head
+            while nid is not None and nid not in seen:
+                seen.add(nid)
+                nid = self.node(nid).parent
+        return seen
+
+    def tag(self, name: str, spec: str, force: bool = False) -> str:
+        """Name the node ``spec`` names; return the node id. Refuses to move a tag unless forced."""
+        check_tag_name(name)
+        node_id = self.resolve(spec)
+
+        def change(current: RefRecord | None) -> Body:
+            if current is not None and current.target != node_id and not force:
+                raise RefConflict(f"tag {name} already names {current.target}")
+            if current is not None and current.target == node_id:
+                return current.body
+            return {"target": node_id}
+
+        self.refs.transact(f"tags/{name}", f"tag {spec}", change)
+        return node_id
+
+    def tags(self) -> dict[str, str]:
+        """Every tag and the node it names."""
+        out = {}
+        for ref in self.refs.names("tags"):
+            rec = self.refs.read(ref)
+            if rec is not None and rec.target:
+                out[ref.split("/", 1)[1]] = rec.target
+        return dict(sorted(out.items()))
+
+    def delete_tag(self, name: str) -> None:
+        check_tag_name(name)
+
+        def change(current: RefRecord | None) -> Body | None:
+            if current is None:
+                raise UnknownSpec(f"no tag {name}")
+            return None
+
+        self.refs.transact(f"tags/{name}", "delete", change)
+
+    def reflog(self, spec: str) -> list[ReflogLine]:
+        """The reflog of the ref ``spec`` names, newest first."""
+        name = self._ref_name(parse_spec(spec))
+        return [ReflogLine(e.old, e.new, e.time, e.reason) for e in self.refs.reflog(name)][::-1]
+
+    # -- HEAD ------------------------------------------------------------------
+
+    def checkout(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
+        """Make ``spec`` current for a project root: a plain session name attaches, anything
+        else detaches at a node."""
+        parsed = parse_spec(spec)
+        target = self.lookup(spec)
+        base_is_session = (
+            parsed.is_plain
+            and target.session is not None
+            and (parsed.base != "HEAD" or self._head_target(root).startswith("sessions/"))
+        )
+        if base_is_session:
+            assert target.session is not None
+            value = _session_ref(target.session)
+        elif target.node is not None:
+            value = target.node
+            target = Target(target.node, None)
+        else:
+            raise InvalidInput(f"{spec} names an empty session; nothing to detach at")
+        root_path = _project_root(root)
+        self.refs.transact(
+            head_ref_name(root_path),
+            f"checkout {spec}",
+            lambda cur: {"target": value, "root": root_path},
+        )
+        return target
+
+    def head(self, root: str | os.PathLike[str] | None = None) -> Target | None:
+        """What HEAD names for ``root`` (default: the current directory), or None."""
+        try:
+            return self.lookup("HEAD", root=root)
+        except UnknownSpec:
+            return None
+
+    def _head_target(self, root: str | os.PathLike[str] | None) -> str:
+        rec = self.refs.read(head_ref_name(self._head_root(root)))
+        if rec is None or not rec.target:
+            raise UnknownSpec("HEAD changed while it was being read")
+        return str(rec.target)
+
+    # -- resolving specs -------------------------------------------------------
+
+    def session_id(self, spec: str) -> str:
+        """The id of the session ``spec`` names (a full or prefix id, sessions/..., HEAD)."""
+        if type(spec) is str and SESSION_ID_RE.fullmatch(spec):
+            return spec
+        parsed = parse_spec(spec)
+        target = self.lookup(spec)
+        if target.session is None or not parsed.is_plain:
+            raise SpecError(f"{spec} does not name a session")
+        return target.session
+
+    def resolve(self, spec: str, *, allow_empty: bool = False) -> Any:
+        """The node id ``spec`` names. An empty session is an error unless ``allow_empty``."""
+        target = self.lookup(spec)
+        if target.node is None and not allow_empty:
+            raise UnknownSpec(f"{spec} names a session with no messages yet")
+        return target.node
+
+    def lookup(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
+        """Resolve a spec to a node and the session it was reached through."""
+        parsed = parse_spec(spec)
+        session, node = self._resolve_base(parsed, root)
+        if parsed.reflog is not None:
+            node = self._reflog_value(parsed, root)
+        for step in range(parsed.back):
+            if node is None:
+                raise UnknownSpec(f"{spec}: history is only {step} nodes deep")
+            node = self.node(node).parent
+        if parsed.back and node is None:
+            raise UnknownSpec(f"{spec}: history is only {parsed.back - 1} nodes deep")
+        return Target(node, session)
+
+    def _ref_name(self, parsed: Spec, root: str | os.PathLike[str] | None = None) -> str:
+        base = parsed.base
+        if base == "HEAD":
+            return head_ref_name(self._head_root(root))
+        if base.startswith("tags/"):
+            return f"tags/{check_tag_name(base[5:])}"
+        session, _node = self._resolve_base(parsed, root)
+        if session is None:
+            raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
+        return _session_ref(session)
+
+    def _head_root(self, root: str | os.PathLike[str] | None) -> str:
+        start = Path(_project_root(root))
+        for d in (start, *start.parents):
+            if self.refs.read(head_ref_name(str(d))) is not None:
+                return str(d)
+        raise UnknownSpec(f"nothing is checked out for {start}")
+
+    def _reflog_value(self, parsed: Spec, root: str | os.PathLike[str] | None) -> str | None:
+        name = self._ref_name(parsed, root)
+        moves = [e for e in self.refs.reflog(name) if e.old != e.new]
+        n = parsed.reflog or 0
+        if n >= len(moves) + (0 if moves else 1):
+            raise UnknownSpec(f"{parsed.text}: the reflog of {name} has {len(moves)} moves")
+        value = moves[-1 - n].new if moves else None
+        if name.startswith("HEAD/") and value and value.startswith("sessions/"):
+            rec = self.refs.read(value)
+            return rec.target if rec else None
+        return value
+
+    def _resolve_base(
+        self, parsed: Spec, root: str | os.PathLike[str] | None
+    ) -> tuple[str | None, str | None]:
+        """(session, node) for the base of a spec."""
+        base = parsed.base
+        if base == "HEAD":
+            value = self._head_target(root)
+            if value.startswith("sessions/"):
+                sid = value.split("/", 1)[1]
+                rec = self.refs.read(value)
+                if rec is None:
+                    raise UnknownSpec(f"HEAD names session {sid}, which no longer exists")
+                return sid, rec.target
+            return None, value
+        if base.startswith("sessions/"):
+            sid = self._session_by_prefix(base[len("sessions/") :], parsed.text)
+            rec = self.refs.read(_session_ref(sid))
+            return sid, rec.target if rec else None
+        if base.startswith("tags/"):
+            return None, self._tag_target(check_tag_name(base[5:]))
+        if HEX_PREFIX.fullmatch(base):
+            sessions = self._sessions_with_prefix(base)
+            nodes = self._nodes_with_prefix(base)
+            found = [f"session {s}" for s in sessions] + [f"node {n}" for n in nodes]
+            if len(found) > 1:
+                raise AmbiguousSpec(parsed.text, sorted(found))
+            if sessions:
+                rec = self.refs.read(_session_ref(sessions[0]))
+                return sessions[0], rec.target if rec else None
+            if nodes:
+                return None, nodes[0]
+        try:
+            return None, self._tag_target(check_tag_name(base))
+        except (AgsError, ValueError):
+            pass
+        raise UnknownSpec(f"no session, node or tag matches {parsed.text!r}")
+
+    def _tag_target(self, name: str) -> str | None:
+        rec = self.refs.read(f"tags/{name}")
+        if rec is None:
+            raise UnknownSpec(f"no tag {name}")
+        return rec.target
+
+    def _sessions_with_prefix(self, prefix: str) -> list[str]:
+        if len(prefix) > 32:
+            return []
+        if len(prefix) == 32:
+            return [prefix] if self.refs.read(_session_ref(prefix)) else []
+        return sorted(
+            name.split("/", 1)[1]
+            for name in self.refs.names("sessions")
+            if name.split("/", 1)[1].startswith(prefix)
+        )
+
+    def _session_by_prefix(self, prefix: str, text: str) -> str:
+        if not HEX_PREFIX.fullmatch(prefix):
+            check_session_id(prefix)
+        found = self._sessions_with_prefix(prefix)
+        if len(found) > 1:
+            raise AmbiguousSpec(text, [f"session {s}" for s in found])
+        if not found:
+            raise UnknownSpec(f"no session matches {text!r}")
+        return found[0]
+
+    def _nodes_with_prefix(self, prefix: str) -> list[str]:
+        if len(prefix) == objects.ID_HEX_LEN:
+            candidates = {prefix}
+        else:
+            candidates = self.objects.with_prefix(prefix)
+        out = []
+        for oid in sorted(candidates):
+            try:
+                if self.objects.get(oid)[0] == "node":
+                    out.append(oid)
+            except ObjectMissing:
+                continue
+        return out
+
+    # -- batches ---------------------------------------------------------------
+
+    @contextmanager
+    def batch(self) -> Iterator[Store]:
+        """Bulk writes: nothing is synced until the block ends, then everything once.
+
+        Objects are synced first, then the refs the block changed. If the
+        block raises, its ref changes are dropped (objects written stay,
+        unreferenced, for gc).
+        """
+        if self._batch_depth:
+            self._batch_depth += 1
+            try:
+                yield self
+            finally:
+                self._batch_depth -= 1
+            return
+        self._batch_depth = 1
+        self.refs.begin_batch()
+        try:
+            yield self
+        except BaseException:
+            self.refs.abort_batch()
+            self._heads.clear()
+            raise
+        else:
+            self.refs.end_batch(before_refs=self.objects.sync)
+        finally:
+            self._batch_depth = 0
+
+
+def _project_root(root: str | os.PathLike[str] | None) -> str:
+    return os.path.realpath(root if root is not None else os.getcwd())
+
+
+def _check_title(title: str | None) -> None:
+    if title is not None and (type(title) is not str or len(title) > 1000 or "\0" in title):
+        raise InvalidInput("a title must be text of at most 1000 characters")
