@@ -7,7 +7,6 @@ stderr and exit status 1; a traceback is always a bug.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -78,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -168,6 +168,16 @@ class PackWriter:
         self._fd = -1
 
 
+def _open_pack(path: Path) -> int:
+    """Open a pack for reading, refusing a version this code does not know."""
+    fd = os.open(path, os.O_RDONLY)
+    head = os.pread(fd, len(PACK_MAGIC), 0)
+    if head != PACK_MAGIC and len(head) == len(PACK_MAGIC):
+        os.close(fd)
+        raise StoreFormatError(f"pack {path.name} has an unknown format or version")
+    return fd
+
+
 def write_index(pack_path: Path, tmp_dir: Path, index: dict[str, Location], size: int) -> None:
     entries = sorted(index.items())
     body = IDX_HEAD.pack(IDX_MAGIC, size, len(entries)) + b"".join(
@@ -192,7 +202,7 @@ class SealedPack:
             raise StoreFormatError(f"pack index {idx_path} has an unknown format")
         if size != IDX_HEAD.size + self.count * IDX_ENTRY.size + 32:
             raise StoreFormatError(f"pack index {idx_path} has the wrong length")
-        self._fd = os.open(pack_path, os.O_RDONLY)
+        self._fd = _open_pack(pack_path)
         self._keys = _IndexKeys(self._map, self.count)
 
     def verify_index(self) -> bool:
@@ -249,7 +259,7 @@ class OpenPack:
 
     def __init__(self, pack_path: Path) -> None:
         self.path = pack_path
-        self._fd = os.open(pack_path, os.O_RDONLY)
+        self._fd = _open_pack(pack_path)
         self.index: dict[str, Location] = {}
         self._scanned = len(PACK_MAGIC)
         self.refresh()

@@ -145,7 +145,7 @@ class Store:
             path / "objects", self.tmp_dir, self.refs.replay, FileLock(path / "locks" / "recovery")
         )
         self._writers: dict[str, WriterLock] = {}
-        self._heads: dict[str, Node] = {}  # last node appended per session, to skip a read
+        self._heads: dict[str, Node | None] = {}  # head per locked session, to skip a read
         self._batch_depth = 0
 
     # -- opening and closing ---------------------------------------------------
@@ -415,7 +415,7 @@ class Store:
 
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
-        node_id = self.resolve(spec, allow_empty=True)
+        node_id = self.lookup(spec).node
         if node_id is None:
             return []
         out = []
@@ -425,7 +425,7 @@ class Store:
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
-        node_id = self.resolve(spec, allow_empty=True)
+        node_id = self.lookup(spec).node
         while node_id is not None:
             node = self.node(node_id)
             yield LogEntry(node, self.blob(node.content))
@@ -433,7 +433,7 @@ class Store:
 
     def state(self, spec: str) -> dict[str, Any]:
         """The agent state in force at ``spec`` ({} if none was ever stored)."""
-        node_id = self.resolve(spec, allow_empty=True)
+        node_id = self.lookup(spec).node
         if node_id is None:
             return {}
         state_id = self.node(node_id).state
@@ -641,12 +641,12 @@ class Store:
             raise SpecError(f"{spec} does not name a session")
         return target.session
 
-    def resolve(self, spec: str, *, allow_empty: bool = False) -> Any:
-        """The node id ``spec`` names. An empty session is an error unless ``allow_empty``."""
-        target = self.lookup(spec)
-        if target.node is None and not allow_empty:
+    def resolve(self, spec: str) -> str:
+        """The node id ``spec`` names (a session with no messages yet is an error)."""
+        node = self.lookup(spec).node
+        if node is None:
             raise UnknownSpec(f"{spec} names a session with no messages yet")
-        return target.node
+        return node
 
     def lookup(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
         """Resolve a spec to a node and the session it was reached through."""

@@ -1,0 +1,472 @@
+"""The Store API: round trips, forks, compaction, specs, metadata, bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from objstore import (
+    AmbiguousSpec,
+    CorruptObject,
+    InvalidInput,
+    InvalidName,
+    ObjectMissing,
+    RefConflict,
+    SessionArchived,
+    SpecError,
+    Store,
+    StoreFormatError,
+    UnknownSpec,
+    objects,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "store") as s:
+        yield s
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (lock files excluded: they hold pids)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            p = Path(dirpath, fn)
+            rel = str(p.relative_to(root))
+            if rel.startswith("locks/"):
+                continue
+            out[rel] = p.read_bytes()
+    return out
+
+
+def message_objects(store: Store) -> set[str]:
+    """Ids of every object the store holds, deduplicated."""
+    return set(store.objects.ids())
+
+
+# -- round trips ---------------------------------------------------------------
+
+json_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",)),  # no lone surrogates
+    max_size=40,
+)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | json_text,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(json_text, children, max_size=4)
+    ),
+    max_leaves=12,
+)
+messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "system"]), "content": json_text},
+    optional={
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "id": json_text,
+                    "function": st.fixed_dictionaries(
+                        {"name": json_text, "arguments": json_values | json_text}
+                    ),
+                }
+            ),
+            max_size=3,
+        ),
+        "tool_call_id": json_text,
+        "name": json_text,
+        "extra": json_values,
+    },
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=st.lists(messages, min_size=1, max_size=6), state=json_values)
+def test_messages_and_state_come_back_exactly(tmp_path_factory, batch, state):
+    path = tmp_path_factory.mktemp("rt") / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for m in batch:
+            s.append(sid, m, state={"v": state})
+    with Store.open(path) as s:  # a new handle reads from disk, not from a cache
+        assert s.context(sid) == batch
+        assert [e.message for e in s.log(sid)] == batch[::-1]
+        assert s.state(sid) == {"v": state}
+
+
+def test_odd_unicode_round_trips(store):
+    text = "line\u2028sep\u2029para \U0001f600 \U00010348 \u0000nul é"
+    m = {"role": "user", "content": text, "k\u2028": ["\U0001f9ea"]}
+    sid = store.new_session(title="t\u2028itle \U0001f600")
+    store.append(sid, m)
+    assert store.context(sid) == [m]
+    assert store.session(sid).title == "t\u2028itle \U0001f600"
+
+
+def test_equal_content_is_stored_once(store):
+    a = store.new_session()
+    b = store.new_session()
+    m = {"role": "user", "content": "same words " * 50}
+    store.append(a, m, state={"todo": []})
+    before = message_objects(store)
+    store.append(b, m, state={"todo": []})
+    new = message_objects(store) - before
+    assert len(new) == 1  # only b's node: the message and the state blobs already exist
+
+
+def test_unchanged_state_is_not_rewritten(store):
+    sid = store.new_session()
+    store.append(sid, {"role": "user", "content": "1"}, state={"n": 1})
+    before = message_objects(store)
+    store.append(sid, {"role": "user", "content": "2"})  # no state: the old one stays
+    assert len(message_objects(store) - before) == 2  # message blob + node
+    assert store.state(sid) == {"n": 1}
+    assert store.node(store.resolve(sid)).state == store.node(store.resolve(sid + "~1")).state
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": "user", "content": float("nan")},
+        {"role": "user", "content": ("a", "tuple")},
+        {"role": "user", 1: "int key"},
+        {"role": "user", "content": "lone \ud800 surrogate"},
+        {"role": "user", "content": b"bytes"},
+        ["not", "a", "dict"],
+    ],
+)
+def test_values_json_would_change_are_refused_and_change_nothing(tmp_path, bad):
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": "ok"})
+    before = tree_snapshot(path)
+    with Store.open(path) as s, pytest.raises(InvalidInput):
+        s.append(sid, bad)
+    assert tree_snapshot(path) == before
+
+
+# -- forks -----------------------------------------------------------------------
+
+
+def test_fork_shares_history_and_adds_no_message_object(store):
+    sid = store.new_session(title="main")
+    for i in range(20):
+        store.append(sid, {"role": "user", "content": f"m{i}"})
+    before = message_objects(store)
+    fork = store.fork(f"{sid}~5", title="side")
+    assert message_objects(store) == before
+    assert store.context(fork) == [{"role": "user", "content": f"m{i}"} for i in range(15)]
+    info = store.session(fork)
+    assert info.messages == 15
+    assert info.forked_from == {"session": sid, "node": store.resolve(f"{sid}~5")}
+    store.append(fork, {"role": "user", "content": "branch"})
+    store.append(sid, {"role": "user", "content": "trunk"})
+    assert store.context(fork)[-1]["content"] == "branch"
+    assert store.context(sid)[-1]["content"] == "trunk"
+    assert len(store.context(sid)) == 21
+
+
+def test_fork_of_a_tag_and_of_a_plain_node(store):
+    sid = store.new_session()
+    ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(4)]
+    store.tag("checkpoint", ids[1])
+    fork = store.fork("tags/checkpoint")
+    assert len(store.context(fork)) == 2
+    fork2 = store.fork(ids[2][:10])
+    assert store.session(fork2).forked_from == {"session": None, "node": ids[2]}
+    assert len(store.context(fork2)) == 3
+
+
+# -- compaction --------------------------------------------------------------------
+
+
+def test_compaction_context_is_summary_kept_and_later(store):
+    sid = store.new_session()
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(10)]
+    for m in msgs:
+        store.append(sid, m)
+    store.compact(sid, "summary one", keep=3)
+    assert store.context(sid) == [{"role": "user", "content": "summary one"}, *msgs[7:]]
+    later = [{"role": "assistant", "content": f"a{i}"} for i in range(4)]
+    for m in later:
+        store.append(sid, m)
+    summary2 = {"role": "system", "content": "summary two", "meta": {"x": 1}}
+    store.compact(sid, summary2, keep=2)
+    assert store.context(sid) == [summary2, *later[2:]]
+    store.append(sid, {"role": "user", "content": "after"})
+    assert store.context(sid) == [summary2, *later[2:], {"role": "user", "content": "after"}]
+    # The transcript keeps everything, compaction events included, newest first.
+    log = list(store.log(sid))
+    assert [e.node.type for e in log].count("compaction") == 2
+    assert [e.message for e in log if e.node.type == "message"][::-1] == [
+        *msgs,
+        *later,
+        {"role": "user", "content": "after"},
+    ]
+    assert store.session(sid).messages == 15
+
+
+def test_compaction_keep_can_reach_into_previous_kept(store):
+    sid = store.new_session()
+    for i in range(6):
+        store.append(sid, {"role": "user", "content": str(i)})
+    store.compact(sid, "s1", keep=2)  # context: s1, 4, 5
+    store.append(sid, {"role": "user", "content": "6"})
+    store.compact(sid, "s2", keep=3)  # the kept 4 and 5 stay kept, with 6
+    assert [m["content"] for m in store.context(sid)] == ["s2", "4", "5", "6"]
+
+
+def test_context_is_read_in_proportion_to_context(store, monkeypatch):
+    sid = store.new_session()
+    for i in range(300):
+        store.append(sid, {"role": "user", "content": str(i)})
+    store.compact(sid, "sum", keep=2)
+    for i in range(5):
+        store.append(sid, {"role": "user", "content": f"n{i}"})
+    reads = []
+    original = store.objects.get
+    monkeypatch.setattr(store.objects, "get", lambda oid: reads.append(oid) or original(oid))
+    assert len(store.context(sid)) == 8
+    assert len(reads) < 30  # not ~600: the walk stops at the compaction node
+
+
+def test_compacting_an_empty_session_is_refused(store):
+    sid = store.new_session()
+    with pytest.raises(InvalidInput):
+        store.compact(sid, "nothing")
+
+
+# -- specs ---------------------------------------------------------------------------
+
+
+def test_specs(store, tmp_path):
+    sid = store.new_session()
+    ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(5)]
+    assert store.resolve(sid) == ids[-1]
+    assert store.resolve(f"sessions/{sid}") == ids[-1]
+    assert store.resolve(f"sessions/{sid[:8]}~2") == ids[2]
+    assert store.resolve(f"{sid[:8]}~~") == ids[2]
+    assert store.resolve(ids[1][:12]) == ids[1]
+    assert store.resolve(ids[1]) == ids[1]
+    assert store.resolve(f"{sid}@{{1}}") == ids[3]
+    assert store.resolve(f"{sid}@{{2}}~1") == ids[1]
+    store.tag("t/one", ids[0])
+    assert store.resolve("tags/t/one") == ids[0]
+    assert store.resolve("t/one") == ids[0]
+    store.checkout(sid, root=tmp_path)
+    assert store.lookup("HEAD", root=tmp_path).session == sid
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    assert store.lookup("HEAD~1", root=sub).node == ids[3]  # found from a subdirectory
+    store.checkout(f"{sid}~2", root=tmp_path)
+    assert store.lookup("HEAD", root=tmp_path) == store.lookup(ids[2])
+    assert store.lookup("HEAD@{1}", root=tmp_path).node == ids[-1]
+    with pytest.raises(UnknownSpec):
+        store.resolve(f"{sid}~9")
+    with pytest.raises(UnknownSpec):
+        store.resolve("nosuchtag")
+    with pytest.raises(SpecError):
+        store.resolve(f"{sid}~1@{{1}}")
+
+
+def test_ambiguous_prefix_lists_candidates(store):
+    sid = store.new_session()
+    with store.batch():
+        # 1,500 node ids among 65,536 four-digit prefixes: some share one, but for
+        # odds of about 1 in 10^7.
+        for i in range(1500):
+            store.append(sid, {"role": "user", "content": str(i)})
+    seen: dict[str, str] = {}
+    shared = []
+    for entry in store.log(sid):
+        if entry.id[:4] in seen:
+            shared.append((seen[entry.id[:4]], entry.id))
+        seen[entry.id[:4]] = entry.id
+    assert shared
+    first, second = shared[0]
+    with pytest.raises(AmbiguousSpec) as err:
+        store.resolve(first[:4])
+    assert f"node {first}" in err.value.candidates
+    assert f"node {second}" in err.value.candidates
+    assert first in str(err.value)
+
+
+def test_rewind_and_undo_through_the_reflog(store):
+    sid = store.new_session()
+    ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(6)]
+    store.rewind(sid, f"{sid}~3")
+    assert store.resolve(sid) == ids[2]
+    assert store.session(sid).messages == 3
+    store.rewind(sid, f"{sid}@{{1}}")
+    assert store.resolve(sid) == ids[5]
+    assert [line.reason for line in store.reflog(sid)][:2] == [
+        f"rewind to {sid}@{{1}}",
+        f"rewind to {sid}~3",
+    ]
+    other = store.new_session()
+    store.append(other, {"role": "user", "content": "elsewhere"})
+    with pytest.raises(InvalidInput):
+        store.rewind(sid, other)
+
+
+# -- metadata, archive, delete ------------------------------------------------------------
+
+
+def test_sessions_listing_and_metadata(store):
+    a = store.new_session(title="first", root="/src/a", model="gemma4")
+    b = store.new_session(title="second")
+    store.append(a, {"role": "user", "content": "hi"})
+    rows = store.sessions()
+    assert [r.id for r in rows] == [a, b]  # most recently updated first
+    assert rows[0].messages == 1 and rows[0].root == "/src/a" and rows[0].model == "gemma4"
+    store.set_title(b, "renamed")
+    assert store.session(b).title == "renamed"
+    store.archive(b)
+    assert [r.id for r in store.sessions()] == [a]
+    assert {r.id for r in store.sessions(include_archived=True)} == {a, b}
+    with pytest.raises(SessionArchived):
+        store.append(b, {"role": "user", "content": "no"})
+    store.unarchive(b)
+    store.append(b, {"role": "user", "content": "yes"})
+    store.release(b)
+    store.delete(b)
+    assert [r.id for r in store.sessions(include_archived=True)] == [a]
+    with pytest.raises(UnknownSpec):
+        store.session(b)
+    assert store.reflog(f"sessions/{a}")[0].reason == "append"
+
+
+def test_tags_do_not_move_unless_forced(store):
+    sid = store.new_session()
+    n1 = store.append(sid, {"role": "user", "content": "1"})
+    n2 = store.append(sid, {"role": "user", "content": "2"})
+    store.tag("v1", n1)
+    store.tag("v1", n1)  # same target: fine
+    with pytest.raises(RefConflict):
+        store.tag("v1", n2)
+    store.tag("v1", n2, force=True)
+    assert store.tags() == {"v1": n2}
+
+
+def test_batch_writes_everything_at_the_end(tmp_path):
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        with s.batch():
+            sids = [s.new_session(title=f"s{i}") for i in range(20)]
+            for sid in sids:
+                for j in range(5):
+                    s.append(sid, {"role": "user", "content": f"{sid}-{j}"})
+                assert len(s.context(sid)) == 5  # visible inside the batch
+        with pytest.raises(RuntimeError), s.batch():
+            dropped = s.new_session(title="dropped")
+            raise RuntimeError("abort")
+    with Store.open(path) as s:
+        assert len(s.sessions()) == 20
+        assert all(r.messages == 5 for r in s.sessions())
+        with pytest.raises(UnknownSpec):
+            s.session(dropped)
+
+
+# -- corruption and hostile names -------------------------------------------------------
+
+
+def test_a_corrupt_object_is_reported_by_id(tmp_path):
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": "precious " * 40})
+        message_id = s.node(s.resolve(sid)).content
+        _, stored = objects.encode("blob", s.objects.get(message_id)[1])
+    pack = next((path / "objects" / "pack").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    at = data.find(stored)
+    assert at > 0
+    data[at + len(stored) // 2] ^= 0x01  # one bit, in the middle of the message's record
+    pack.write_bytes(bytes(data))
+    with Store.open(path) as s, pytest.raises(CorruptObject) as err:
+        s.context(sid)
+    assert message_id in str(err.value)
+
+
+def test_a_corrupt_loose_object_is_reported(store):
+    oid = store.objects.put("blob", b'"loose"', pack=False)
+    Path(store.objects.loose_path(oid)).write_bytes(b"\x01garbage")
+    with pytest.raises(CorruptObject) as err:
+        store.objects.get(oid)
+    assert oid in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../escape", "/etc/passwd", "a\0b", "x/../../y", ".hidden", "a/./b", "ok/", "", "a..b/../c"],
+)
+def test_hostile_tag_names_are_refused(store, tmp_path, name):
+    sid = store.new_session()
+    store.append(sid, {"role": "user", "content": "x"})
+    with pytest.raises((InvalidName, SpecError)):
+        store.tag(name, sid)
+    assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["../../etc", "sessions/../../x", "sessions/" + "0" * 31 + "/", "tags/../x", "a\0b", "/abs"],
+)
+def test_hostile_specs_are_refused(store, spec):
+    with pytest.raises((InvalidName, SpecError, UnknownSpec)):
+        store.resolve(spec)
+
+
+@pytest.mark.parametrize("oid", ["../" + "0" * 61, "0" * 63, "A" * 64, "0" * 63 + "\0", "/" * 64])
+def test_hostile_object_ids_are_refused(store, oid):
+    with pytest.raises(InvalidName):
+        store.objects.get(oid)
+
+
+def test_hostile_ref_names_are_refused_by_the_ref_store(store):
+    for name in ["sessions/../../x", "HEAD", "HEAD/../x", "tags//x", "refs/x", "sessions/ab\0"]:
+        with pytest.raises(InvalidName):
+            store.refs.compare_and_swap(name, None, "0" * 64, "test")
+
+
+def test_missing_object(store):
+    with pytest.raises(ObjectMissing):
+        store.objects.get("0" * 64)
+
+
+# -- opening -------------------------------------------------------------------------------
+
+
+def test_open_refuses_what_is_not_a_store(tmp_path):
+    (tmp_path / "notastore").mkdir()
+    (tmp_path / "notastore" / "file.txt").write_text("mine")
+    with pytest.raises(StoreFormatError):
+        Store.open(tmp_path / "notastore")
+    (tmp_path / "plainfile").write_text("x")
+    with pytest.raises(StoreFormatError):
+        Store.open(tmp_path / "plainfile")
+
+
+def test_open_refuses_a_newer_format(tmp_path):
+    path = tmp_path / "store"
+    Store.open(path).close()
+    (path / "ags-store.json").write_text('{"format":"ags-store","version":99}\n')
+    with pytest.raises(StoreFormatError, match="99"):
+        Store.open(path)
+
+
+def test_default_location_comes_from_ags_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGS_STORE", str(tmp_path / "envstore"))
+    with Store.open() as s:
+        assert s.path == tmp_path / "envstore"
+    assert (tmp_path / "envstore" / "ags-store.json").exists()
