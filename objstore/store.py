@@ -241,7 +241,7 @@ class Store:
             "created": now,
             "updated": now,
             "archived_at": None,
-            "root": os.path.abspath(root) if root is not None else None,
+            "root": _project_root(root) if root is not None else None,
             "forked_from": None,
             "model": model,
             "messages": 0,
@@ -490,29 +490,34 @@ class Store:
 
     def archive(self, session: str) -> None:
         """Hide a session from listings and refuse writes to it until unarchived."""
-        sid = self._while_locked(session)
-        try:
+        with self._exclusive(session) as sid:
             self._update_meta(sid, "archive", archived_at=now_iso())
-        finally:
-            self.release(sid)
 
     def unarchive(self, session: str) -> None:
         self._update_meta(session, "unarchive", archived_at=None)
 
     def delete(self, session: str) -> None:
         """Remove a session's ref. Its reflog stays, so it can be recovered until gc."""
-        sid = self._while_locked(session)
-        try:
+        with self._exclusive(session) as sid:
             self.refs.transact(_session_ref(sid), "delete", lambda cur: None)
-        finally:
-            self.release(sid)
 
-    def _while_locked(self, session: str) -> str:
-        """Take the writer lock so that no writer is cut off mid-session."""
+    @contextmanager
+    def _exclusive(self, session: str) -> Iterator[str]:
+        """Hold the writer lock for a change no writer may be cut off by (archive, delete).
+
+        A lock this handle already holds is used and kept; the remembered
+        head is dropped so the next append reads the ref again.
+        """
         sid = self.session_id(session)
-        if sid in self._writers:
-            raise AgsError(f"session {sid} is open for writing in this handle; release it first")
-        return self.lock(sid)
+        held = sid in self._writers
+        if not held:
+            self.lock(sid)
+        try:
+            yield sid
+        finally:
+            self._heads.pop(sid, None)
+            if not held:
+                self.release(sid)
 
     def rewind(self, session: str, spec: str) -> str:
         """Move a session's head back to ``spec``, a node of its own history; return it.
@@ -591,24 +596,27 @@ class Store:
     # -- HEAD ------------------------------------------------------------------
 
     def checkout(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
-        """Make ``spec`` current for a project root: a plain session name attaches, anything
-        else detaches at a node."""
-        parsed = parse_spec(spec)
-        target = self.lookup(spec)
-        base_is_session = (
-            parsed.is_plain
-            and target.session is not None
-            and (parsed.base != "HEAD" or self._head_target(root).startswith("sessions/"))
-        )
-        if base_is_session:
-            assert target.session is not None
+        """Make ``spec`` current for a project root: a plain session name attaches HEAD to
+        the session, anything else detaches it at a node.
+
+        ``root`` defaults to the project whose HEAD the current directory is
+        in, else the current directory itself.
+        """
+        target = self.lookup(spec, root=root)
+        if parse_spec(spec).is_plain and target.session is not None:
             value = _session_ref(target.session)
         elif target.node is not None:
             value = target.node
             target = Target(target.node, None)
         else:
             raise InvalidInput(f"{spec} names an empty session; nothing to detach at")
-        root_path = _project_root(root)
+        if root is None:
+            try:
+                root_path = self._head_root(None)
+            except UnknownSpec:
+                root_path = _project_root(None)
+        else:
+            root_path = _project_root(root)
         self.refs.transact(
             head_ref_name(root_path),
             f"checkout {spec}",
@@ -681,12 +689,17 @@ class Store:
         raise UnknownSpec(f"nothing is checked out for {start}")
 
     def _reflog_value(self, parsed: Spec, root: str | os.PathLike[str] | None) -> str | None:
+        """The target ``parsed.reflog`` moves ago; for HEAD, a session stands for its head."""
         name = self._ref_name(parsed, root)
         moves = [e for e in self.refs.reflog(name) if e.old != e.new]
         n = parsed.reflog or 0
-        if n >= len(moves) + (0 if moves else 1):
-            raise UnknownSpec(f"{parsed.text}: the reflog of {name} has {len(moves)} moves")
-        value = moves[-1 - n].new if moves else None
+        if n == 0:
+            current = self.refs.read(name)
+            value = current.target if current else None
+        elif n < len(moves):
+            value = moves[-1 - n].new
+        else:
+            raise UnknownSpec(f"{parsed.text}: {name} has moved only {len(moves)} times")
         if name.startswith("HEAD/") and value and value.startswith("sessions/"):
             rec = self.refs.read(value)
             return rec.target if rec else None

@@ -470,3 +470,33 @@ def test_default_location_comes_from_ags_store(tmp_path, monkeypatch):
     with Store.open() as s:
         assert s.path == tmp_path / "envstore"
     assert (tmp_path / "envstore" / "ags-store.json").exists()
+
+
+def test_the_writer_itself_can_archive_and_then_cannot_append(store):
+    sid = store.new_session()
+    store.append(sid, {"role": "user", "content": "1"})  # this handle now holds the writer lock
+    store.archive(sid)
+    with pytest.raises(SessionArchived):
+        store.append(sid, {"role": "user", "content": "2"})
+    assert store.session(sid).messages == 1
+
+
+def test_checkout_attaches_to_sessions_and_detaches_at_nodes(store, tmp_path, monkeypatch):
+    sid = store.new_session()
+    ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(3)]
+    assert store.head(root=tmp_path) is None
+    store.checkout(sid[:6], root=tmp_path)
+    assert store.head(root=tmp_path).session == sid
+    store.append(sid, {"role": "user", "content": "3"})
+    assert store.head(root=tmp_path).node == store.resolve(sid)  # attached: follows the session
+    store.checkout(f"{sid}~2", root=tmp_path)
+    assert store.head(root=tmp_path) == store.lookup(ids[1])  # detached: no session
+    assert store.head(root=tmp_path).session is None
+    store.tag("here", ids[0])
+    store.checkout("here", root=tmp_path)
+    assert store.head(root=tmp_path).node == ids[0]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="does not name a session"):
+        store.session_id("HEAD")  # detached HEAD names no session
+    store.checkout(sid)  # no root given: the project the current directory is in
+    assert store.session_id("HEAD") == sid
