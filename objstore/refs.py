@@ -219,13 +219,12 @@ class RefStore:
             if body is not None:
                 body = {**body, "generation": gen}
                 record = RefRecord(name, gen, body.get("target"), body)
-            entry = ReflogEntry(
-                current.target if current else None,
-                record.target if record else None,
-                gen,
-                now_iso(),
-                reason,
-            )
+            # A creation is not logged: the first value is in the ref itself (a
+            # fork's also in its metadata), so a new ref costs one file, not two.
+            entries = []
+            if current is not None:
+                target = record.target if record else None
+                entries.append(ReflogEntry(current.target, target, gen, now_iso(), reason))
             if self._staged is not None:
                 st = self._staged.get(name)
                 if st is None:
@@ -233,16 +232,20 @@ class RefStore:
                         current.generation if current else None, None, []
                     )
                 st.record = record
-                st.entries.append(entry)
-            elif journal is not None:
+                st.entries += entries
+            elif journal is not None and entries:
                 payload = canonical.dumps(
-                    {"ref": name, "body": record.body if record else None, "log": entry.as_dict()}
+                    {
+                        "body": record.body if record else None,
+                        "log": entries[0].as_dict(),
+                        "ref": name,
+                    }
                 )
                 journal.journal_ref_update(payload, [self.path(name), self.log_path(name)])
                 journal.sync()
-                self._commit(name, self._write_file(record, durable=False), [entry], durable=False)
+                self._commit(name, self._write_file(record, durable=False), entries, durable=False)
             else:
-                self._commit(name, self._write_file(record, durable=True), [entry], durable=True)
+                self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
 
     def _last_logged_gen(self, name: str) -> int:
@@ -266,11 +269,10 @@ class RefStore:
         """Steps 4-5, with the lock held: log the update, then put the new file in place."""
         path = self.path(name)
         try:
-            files.append_line(
-                self.log_path(name),
-                b"".join(e.line() for e in entries),
-                durable=durable,
-            )
+            if entries:
+                files.append_line(
+                    self.log_path(name), b"".join(e.line() for e in entries), durable=durable
+                )
         except BaseException:
             if tmp is not None:
                 os.unlink(tmp)

@@ -696,8 +696,8 @@ class Store:
         if n == 0:
             current = self.refs.read(name)
             value = current.target if current else None
-        elif n < len(moves):
-            value = moves[-1 - n].new
+        elif n <= len(moves):
+            value = moves[-n].old  # the value the nth-last move moved away from
         else:
             raise UnknownSpec(f"{parsed.text}: {name} has moved only {len(moves)} times")
         if name.startswith("HEAD/") and value and value.startswith("sessions/"):
