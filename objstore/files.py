@@ -71,18 +71,38 @@ def atomic_write(tmp_dir: StrPath, dest: StrPath, data: bytes, *, durable: bool 
 
 
 def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
-    """Append one line to a log file in a single write, creating it if needed."""
+    """Append whole lines to a log file in a single write, creating it if needed.
+
+    Lines are only ever written whole, so a file that does not end in a
+    newline ends in a fragment torn by a crash (or zeros a power loss left).
+    The fragment is cut off first; otherwise it would swallow this line.
+    """
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.ftruncate(fd, _end_of_last_line(fd, size))
         os.write(fd, line)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _end_of_last_line(fd: int, size: int) -> int:
+    """Offset just after the last newline in the first ``size`` bytes (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        cut = os.pread(fd, end - start, start).rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        end = start
+    return 0
 
 
 def sync_paths(files: Iterable[StrPath]) -> None:

@@ -47,18 +47,14 @@ def read_reflog(path: str, current_gen: int | None) -> list[ReflogEntry]:
     except FileNotFoundError:
         return []
     by_gen: dict[int, ReflogEntry] = {}
-    order: list[int] = []
     for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn
         try:
             d = canonical.loads(raw)
             entry = ReflogEntry(d["old"], d["new"], int(d["gen"]), d["time"], d["reason"])
         except (ValueError, KeyError, TypeError):
             continue
-        if entry.gen in by_gen:
-            order.remove(entry.gen)
         by_gen[entry.gen] = entry
-        order.append(entry.gen)
-    entries = [by_gen[g] for g in order]
+    entries = [by_gen[g] for g in sorted(by_gen)]
     if current_gen is not None:
         entries = [e for e in entries if e.gen <= current_gen]
     return entries

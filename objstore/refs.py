@@ -363,34 +363,35 @@ class RefStore:
                 self._replay_one(name, items)
 
     def _replay_one(self, name: str, items: list[dict[str, Any]]) -> None:
-        if not os.path.exists(self.path(name)):
-            return
-        try:
-            current = self._read_file(name)
-            have = current.generation if current else 0
-        except StoreFormatError:
-            have = 0  # torn by a power loss: any journaled value is better
-        newer = [u for u in items if int(u["log"]["gen"]) > have]
+        logged = read_reflog(self.log_path(name), None)
+        logged_gens = {e.gen for e in logged}
+        newer: list[dict[str, Any]] = []
+        if os.path.exists(self.path(name)):
+            try:
+                current = self._read_file(name)
+                have = current.generation if current else 0
+            except StoreFormatError:
+                have = 0  # torn by a power loss: any journaled value is better
+            newer = [u for u in items if int(u["log"]["gen"]) > have]
+            limit = max([have, *(int(u["log"]["gen"]) for u in newer)])
+        else:
+            limit = max(logged_gens, default=0)  # deleted since: restore lines up to the delete
+        # The rename of a ref file can survive a power loss that its unsynced
+        # reflog line does not: restore every journaled line the log lacks.
+        lines = [
+            ReflogEntry(log["old"], log["new"], int(log["gen"]), log["time"], log["reason"])
+            for log in (u["log"] for u in items)
+            if int(log["gen"]) not in logged_gens and int(log["gen"]) <= limit
+        ]
         if not newer:
+            if lines:
+                files.append_line(self.log_path(name), b"".join(e.line() for e in lines))
             return
-        logged = {e.gen for e in read_reflog(self.log_path(name), None)}
-        lines = []
-        for u in newer:
-            log = u["log"]
-            if int(log["gen"]) not in logged:
-                lines.append(
-                    ReflogEntry(log["old"], log["new"], int(log["gen"]), log["time"], log["reason"])
-                )
-        last = newer[-1]
-        body = last["body"]
+        body = newer[-1]["body"]
         record = None
         if body is not None:
             record = RefRecord(name, int(body["generation"]), body.get("target"), body)
-        tmp = self._write_file(record, durable=True)
-        if lines:
-            self._commit(name, tmp, lines, durable=True)
-        elif tmp is not None:
-            files.replace(tmp, self.path(name))
+        self._commit(name, self._write_file(record, durable=True), lines, durable=True)
 
     def close(self) -> None:
         for lock in self._stripes.values():

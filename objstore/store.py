@@ -676,6 +676,8 @@ class Store:
             return head_ref_name(self._head_root(root))
         if base.startswith("tags/"):
             return f"tags/{check_tag_name(base[5:])}"
+        if base.startswith("sessions/") and SESSION_ID_RE.fullmatch(base[9:]):
+            return base  # a full id: its reflog outlives a deleted session
         session, _node = self._resolve_base(parsed, root)
         if session is None:
             raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
