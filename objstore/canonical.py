@@ -57,5 +57,9 @@ def dumps(value: Any, where: str = "value") -> bytes:
         ) from None
 
 
+_decoder = json.JSONDecoder()
+
+
 def loads(data: bytes) -> Any:
-    return json.loads(data)
+    """Parse JSON bytes (UTF-8). Raises ValueError, as ``json.loads`` does."""
+    return _decoder.decode(data.decode("utf-8"))

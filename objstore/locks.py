@@ -47,4 +47,6 @@ class WriterLock:
         return None
 
     def release(self) -> None:
+        if self._lock.held:
+            os.ftruncate(self._lock.fd, 0)  # an idle session's lock file takes no disk block
         self._lock.release()

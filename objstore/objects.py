@@ -50,7 +50,7 @@ def encode(kind: str, body: bytes) -> tuple[str, bytes]:
     return oid, bytes((FORMAT_ZSTD,)) + _compressor.compress(content)
 
 
-def decode(oid: str, stored: bytes) -> tuple[str, bytes]:
+def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:
     """Return ``(kind, body)`` of a stored object, verified against its id."""
     if not stored:
         raise CorruptObject(oid, "it is empty")
@@ -64,6 +64,6 @@ def decode(oid: str, stored: bytes) -> tuple[str, bytes]:
         raise CorruptObject(oid, "its content does not hash to its id")
     kind, sep, body = content.partition(b"\0")
     text = kind.decode("ascii", "replace")
-    if not sep or text not in KINDS:
+    if not sep or text not in kinds:
         raise CorruptObject(oid, f"unknown kind {text!r}")
     return text, body

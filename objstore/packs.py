@@ -8,9 +8,10 @@ A pack (``objects/pack/pack-<32 hex>.pack``) is an 8-byte header
 
 * type 1, an object: ``id`` is the raw object id, the payload its stored form
   (exactly what a loose object file holds, see objects.py).
-* type 2, a ref update: the payload is canonical JSON
-  ``{"body": <new ref file body or null>, "log": <reflog line>, "ref": <name>}``
-  and ``id`` is the BLAKE3-256 of ``b"ref\\0" + payload``, a checksum.
+* type 2, a ref update: encoded like an object of kind ``ref`` (objects.py)
+  whose body is the canonical JSON
+  ``{"body": <new ref file body or null>, "log": <reflog line>, "ref": <name>}``;
+  ``id`` is that pseudo-object's id, a checksum. It is never indexed.
 
 A pack is only ever appended to, by the one process that holds an ``flock``
 on it. An append writes its objects and its ref update, then one ``fsync``
@@ -24,6 +25,7 @@ atomic-replace protocol. An index means "sealed: nothing in this pack is
 needed to recover a ref". The index is derived data::
 
     b"AGSIDX" | version (1 byte, 1) | 0x00 | pack length (u64) | count (u32)
+    fanout: 256 x u32, entry i = how many ids start with a byte <= i
     count entries sorted by id: id (32 bytes) | offset (u64) | length (u32)
     BLAKE3-256 of everything above (32 bytes)
 
@@ -35,7 +37,6 @@ was lost), cuts a torn tail, and writes the index.
 
 from __future__ import annotations
 
-import bisect
 import fcntl
 import mmap
 import os
@@ -55,6 +56,7 @@ PACK_MAGIC: Final = b"AGSPACK\x01"
 IDX_MAGIC: Final = b"AGSIDX\x01\x00"
 RECORD_HEAD: Final = struct.Struct("<B32sI")
 IDX_HEAD: Final = struct.Struct("<8sQI")
+IDX_FANOUT: Final = struct.Struct("<256I")
 IDX_ENTRY: Final = struct.Struct("<32sQI")
 TYPE_OBJECT: Final = 1
 TYPE_REF: Final = 2
@@ -68,8 +70,7 @@ def new_pack_name() -> str:
     return f"pack-{secrets.token_hex(16)}"
 
 
-def ref_record_id(payload: bytes) -> bytes:
-    return blake3.blake3(b"ref\0" + payload).digest()
+REF_KIND: Final = frozenset({"ref"})
 
 
 class Scan:
@@ -143,9 +144,11 @@ class PackWriter:
         """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
         self._write((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
 
-    def add_ref_update(self, payload: bytes, files_to_sync: Iterable[str]) -> None:
-        """Journal a ref update; ``files_to_sync`` are made durable before the pack is sealed."""
-        self._write([(TYPE_REF, ref_record_id(payload), payload)])
+    def add_ref_update(self, update: bytes, files_to_sync: Iterable[str]) -> None:
+        """Journal a ref update (canonical JSON); ``files_to_sync`` are made durable before
+        the pack is sealed."""
+        checksum, stored = objects.encode("ref", update)
+        self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
         self._unsynced_refs.update(files_to_sync)
 
     def read(self, loc: Location) -> bytes:
@@ -180,78 +183,91 @@ def _open_pack(path: Path) -> int:
 
 def write_index(pack_path: Path, tmp_dir: Path, index: dict[str, Location], size: int) -> None:
     entries = sorted(index.items())
-    body = IDX_HEAD.pack(IDX_MAGIC, size, len(entries)) + b"".join(
-        IDX_ENTRY.pack(bytes.fromhex(oid), off, length) for oid, (off, length) in entries
+    fanout = [0] * 256
+    for oid, _ in entries:
+        fanout[int(oid[:2], 16)] += 1
+    for i in range(1, 256):
+        fanout[i] += fanout[i - 1]
+    body = (
+        IDX_HEAD.pack(IDX_MAGIC, size, len(entries))
+        + IDX_FANOUT.pack(*fanout)
+        + b"".join(
+            IDX_ENTRY.pack(bytes.fromhex(oid), off, length) for oid, (off, length) in entries
+        )
     )
     atomic_write(tmp_dir, pack_path.with_suffix(".idx"), body + blake3.blake3(body).digest())
 
 
+ENTRIES_AT: Final = IDX_HEAD.size + IDX_FANOUT.size
+
+
 class SealedPack:
-    """A pack with an index: lookups by binary search in the mapped index."""
+    """A pack with an index, mapped into memory. A lookup reads the fanout to
+    find the few entries that share the id's first byte and searches them
+    with one ``find``."""
 
     def __init__(self, pack_path: Path) -> None:
         self.path = pack_path
         idx_path = pack_path.with_suffix(".idx")
         with open(idx_path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < IDX_HEAD.size + 32:
+            if size < ENTRIES_AT + 32:
                 raise StoreFormatError(f"pack index {idx_path} is truncated")
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         magic, self.pack_size, self.count = IDX_HEAD.unpack_from(self._map, 0)
         if magic != IDX_MAGIC:
             raise StoreFormatError(f"pack index {idx_path} has an unknown format")
-        if size != IDX_HEAD.size + self.count * IDX_ENTRY.size + 32:
+        if size != ENTRIES_AT + self.count * IDX_ENTRY.size + 32:
             raise StoreFormatError(f"pack index {idx_path} has the wrong length")
-        self._fd = _open_pack(pack_path)
-        self._keys = _IndexKeys(self._map, self.count)
+        self._fanout = (0, *IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size))
+        self._data: mmap.mmap | None = None  # mapped on first read: a store may hold many packs
 
     def verify_index(self) -> bool:
         body = self._map[: len(self._map) - 32]
         return blake3.blake3(body).digest() == self._map[len(self._map) - 32 :]
 
+    def _entry_range(self, first_byte: int) -> tuple[int, int]:
+        """Byte offsets in the index of the entries whose id starts with ``first_byte``."""
+        lo, hi = self._fanout[first_byte], self._fanout[first_byte + 1]
+        return ENTRIES_AT + lo * IDX_ENTRY.size, ENTRIES_AT + hi * IDX_ENTRY.size
+
     def find(self, oid: str) -> Location | None:
         raw = bytes.fromhex(oid)
-        i = bisect.bisect_left(self._keys, raw)
-        if i < self.count and self._keys[i] == raw:
-            _, off, length = IDX_ENTRY.unpack_from(self._map, IDX_HEAD.size + i * IDX_ENTRY.size)
-            return off, length
-        return None
+        start, end = self._entry_range(raw[0])
+        mapped, step = self._map, IDX_ENTRY.size
+        at = mapped.find(raw, start, end)
+        while at >= 0 and (at - ENTRIES_AT) % step:  # a match across two entries
+            at = mapped.find(raw, at + 1, end)
+        if at < 0:
+            return None
+        _, off, length = IDX_ENTRY.unpack_from(mapped, at)
+        return off, length
 
     def with_prefix(self, prefix: str) -> Iterator[str]:
-        lo = bytes.fromhex(prefix.ljust(64, "0"))
-        i = bisect.bisect_left(self._keys, lo)
-        while i < self.count:
-            hexid = self._keys[i].hex()
-            if not hexid.startswith(prefix):
-                break
-            yield hexid
-            i += 1
+        start, end = self._entry_range(int(prefix[:2], 16))
+        for at in range(start, end, IDX_ENTRY.size):
+            hexid = self._map[at : at + 32].hex()
+            if hexid.startswith(prefix):
+                yield hexid
 
     def ids(self) -> Iterator[str]:
-        for i in range(self.count):
-            yield self._keys[i].hex()
+        for at in range(ENTRIES_AT, ENTRIES_AT + self.count * IDX_ENTRY.size, IDX_ENTRY.size):
+            yield self._map[at : at + 32].hex()
 
     def read(self, loc: Location) -> bytes:
-        return os.pread(self._fd, loc[1], loc[0])
+        if self._data is None:
+            fd = _open_pack(self.path)
+            try:
+                self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+        return self._data[loc[0] : loc[0] + loc[1]]
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._data is not None:
+            self._data.close()
+            self._data = None
         self._map.close()
-
-
-class _IndexKeys:
-    """The sorted ids of a mapped index, as a sequence ``bisect`` can search."""
-
-    def __init__(self, mapped: mmap.mmap, count: int) -> None:
-        self._map = mapped
-        self._count = count
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, i: int) -> bytes:
-        start = IDX_HEAD.size + i * IDX_ENTRY.size
-        return self._map[start : start + 32]
 
 
 class OpenPack:
@@ -326,12 +342,10 @@ def _verified(fd: int, scan: Scan) -> tuple[dict[str, Location], list[dict[str, 
         good_end = max(good_end, loc[0] + loc[1])
     updates: list[tuple[int, dict[str, Any]]] = []
     for checksum, loc in scan.refs:
-        payload = os.pread(fd, loc[1], loc[0])
-        if ref_record_id(payload) != checksum:
-            continue
         try:
-            update = canonical.loads(payload)
-        except ValueError:
+            _, body = objects.decode(checksum.hex(), os.pread(fd, loc[1], loc[0]), REF_KIND)
+            update = canonical.loads(body)
+        except (CorruptObject, ValueError):
             continue
         updates.append((loc[0], update))
         good_end = max(good_end, loc[0] + loc[1])

@@ -361,7 +361,7 @@ class Store:
         sid, parent = self._writable(session)
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
-        in_context = [nid for nid, is_summary in self._context_nodes(parent) if not is_summary]
+        in_context = [node.id for node in self._context_nodes(parent) if not node.is_compaction]
         kept = in_context[len(in_context) - keep :] if keep else []
         summary_id = self._put_blob(summary, "summary")
         state_id = self._put_blob(state, "state") if state is not None else parent.state
@@ -401,27 +401,24 @@ class Store:
 
     # -- reading history ---------------------------------------------------------
 
-    def _context_nodes(self, head: Node) -> list[tuple[str, bool]]:
-        """(node id, is a summary) for each message in the context at ``head``, oldest first."""
-        after: list[tuple[str, bool]] = []
+    def _context_nodes(self, head: Node) -> list[Node]:
+        """The nodes whose messages make the context at ``head``, oldest first: the last
+        compaction node (its message is the summary), its kept nodes, the nodes after it."""
+        after: list[Node] = []
         node: Node | None = head
         while node is not None and not node.is_compaction:
-            after.append((node.id, False))
+            after.append(node)
             node = self.node(node.parent) if node.parent else None
-        prefix: list[tuple[str, bool]] = []
-        if node is not None:
-            prefix = [(node.id, True)] + [(k, False) for k in node.kept]
-        return prefix + after[::-1]
+        if node is None:
+            return after[::-1]
+        return [node, *(self.node(k) for k in node.kept), *after[::-1]]
 
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
         node_id = self.lookup(spec).node
         if node_id is None:
             return []
-        out = []
-        for nid, _is_summary in self._context_nodes(self.node(node_id)):
-            out.append(self.blob(self.node(nid).content))
-        return out
+        return [self.blob(node.content) for node in self._context_nodes(self.node(node_id))]
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -325,6 +326,7 @@ def test_rewind_and_undo_through_the_reflog(store):
 def test_sessions_listing_and_metadata(store):
     a = store.new_session(title="first", root="/src/a", model="gemma4")
     b = store.new_session(title="second")
+    time.sleep(0.002)  # times have millisecond resolution
     store.append(a, {"role": "user", "content": "hi"})
     rows = store.sessions()
     assert [r.id for r in rows] == [a, b]  # most recently updated first

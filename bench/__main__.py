@@ -1,0 +1,59 @@
+"""``python -m bench``: run every scenario in a temporary directory and print the table.
+
+The exit status is 0 whether or not targets are met: the run is a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from .conversations import make_project
+from .report import Report, Row, machine_info, write_report
+from .scenarios import DEFAULT_SIZES, QUICK_SIZES, SCENARIOS, Sizes
+
+PROJECT_SEED = 42
+
+
+def run_benchmark(sizes: Sizes, quick: bool = False) -> Report:
+    """Run every scenario, each in its own temporary directory, removed afterwards."""
+    machine = machine_info()  # before the run, so the load average is other work's
+    project = make_project(PROJECT_SEED)
+    rows: list[Row] = []
+    notes: list[str] = []
+    for scenario in SCENARIOS:
+        base = Path(tempfile.mkdtemp(prefix=f"ags-bench-{scenario.__name__}-"))
+        try:
+            outcome = scenario(base, sizes, project)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        rows += outcome.rows
+        notes.append(outcome.note)
+    return Report(machine, asdict(sizes), rows, notes, quick)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Compare ags with a JSONL file per session on generated agent sessions.",
+        epilog="Example: uv run python -m bench --quick --json",
+    )
+    parser.add_argument("--quick", action="store_true", help="a small, fast run (smoke test)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print it; always 0 (a failed target is reported, not raised)."""
+    args = parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    write_report(run_benchmark(sizes, quick=args.quick), as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The scenarios: the same agent work done with ags and with JSONL files, measured.
+
+Each scenario gets an empty directory, builds both stores in it from the same
+generated messages, checks that both give the same answer, and returns its
+rows and a note saying what exactly was measured.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from objstore import SessionInfo, Store
+
+from .conversations import Conversation, Message, Project, summary_text
+from .jsonl_store import JsonlStore
+from .measure import disk_bytes, paired_medians, timed
+from .report import Row
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each scenario does."""
+
+    appends: int = 2000
+    resume_messages: int = 6000
+    compact_every: int = 500
+    compact_keep: int = 4
+    resume_runs: int = 11
+    fork_source: int = 3000
+    fork_runs: int = 15
+    tree_messages: int = 600
+    tree_forks: int = 30
+    fork_appends: int = 30
+    listed_sessions: int = 1000
+    listing_runs: int = 7
+
+
+DEFAULT_SIZES = Sizes()
+QUICK_SIZES = Sizes(
+    appends=200,
+    resume_messages=600,
+    compact_every=100,
+    resume_runs=3,
+    fork_source=300,
+    fork_runs=5,
+    tree_messages=60,
+    tree_forks=5,
+    fork_appends=5,
+    listed_sessions=50,
+    listing_runs=2,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one scenario measured, and a note on how."""
+
+    rows: list[Row]
+    note: str
+
+
+Scenario = Callable[[Path, Sizes, Project], Outcome]
+
+
+class SessionWriter(Protocol):
+    """What both stores offer a writing agent (``Store`` and ``JsonlStore``)."""
+
+    def append(self, sid: str, message: Message, /) -> object: ...
+
+    def compact(self, sid: str, summary: str, keep: int, /) -> object: ...
+
+
+class BenchmarkError(Exception):
+    """The two stores disagreed: the comparison would be meaningless."""
+
+
+# -- 1. durable appends ----------------------------------------------------------
+
+
+def durable_appends(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Messages per second when every append is durable before the next one."""
+    messages = Conversation(project, seed=1).take(sizes.appends)
+    with Store.open(base / "ags") as store:
+        sid = store.new_session(title="appends")
+        ags_s, _ = timed(lambda: _append_all(store, sid, messages))
+    with JsonlStore(base / "jsonl") as jsonl:
+        jid = jsonl.new_session(title="appends")
+        jsonl_s, _ = timed(lambda: _append_all(jsonl, jid, messages))
+    n = len(messages)
+    ags_rate = n / ags_s
+    row = Row(
+        "append_rate",
+        f"durable appends ({n:,} msgs)",
+        "msg/s",
+        ags_rate,
+        n / jsonl_s,
+        "ags >= 1,000/s",
+        ags_rate >= 1000,
+    )
+    note = (
+        f"appends: {n:,} messages to one session; ags.append returns durable, "
+        "JSONL writes a line and fsyncs its open file"
+    )
+    return Outcome([row], note)
+
+
+def _append_all(store: SessionWriter, sid: str, messages: Sequence[Message]) -> None:
+    for message in messages:
+        store.append(sid, message)
+
+
+# -- 2. resume ---------------------------------------------------------------------
+
+
+def resume_compacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Time to get a long, often compacted session's active context from a new handle.
+
+    The session is compacted after every ``compact_every`` messages, the last
+    one included. A resume can come at any point of that cycle, so three are
+    measured: right after the last compaction, halfway to the next, and just
+    before it (the largest context). JSONL reads its file up to the same point.
+    """
+    messages = Conversation(project, seed=2).take(sizes.resume_messages)
+    ags_path, jsonl_path = base / "ags", base / "jsonl"
+    with Store.open(ags_path) as store:
+        sid = store.new_session(title="long session")
+        compactions = _write_compacted(store, sid, messages, sizes)
+    with JsonlStore(jsonl_path) as jsonl:
+        jid = jsonl.new_session(title="long session")
+        _write_compacted(jsonl, jid, messages, sizes)
+    half = sizes.compact_every // 2
+    with Store.open(ags_path) as store:  # resume points as a user names them: node ids
+        mid, before = store.resolve(f"{sid}~{half + 1}"), store.resolve(f"{sid}~1")
+    points = [  # (label, ags spec, JSONL messages read, compaction line included)
+        ("after a compaction", sid, len(messages), True),
+        ("mid-cycle", mid, len(messages) - half, False),
+        ("before a compaction", before, len(messages), False),
+    ]
+    rows: list[Row] = []
+    sizes_seen: list[str] = []
+    for label, spec, upto, with_compaction in points:
+        context = _ags_context(ags_path, spec)
+        expected = JsonlStore(jsonl_path).context(jid, upto, with_compaction)
+        _check_same(f"resumed context {label}", context, expected)
+        ags_s, jsonl_s = paired_medians(
+            lambda spec=spec: _ags_context(ags_path, spec),
+            lambda upto=upto, wc=with_compaction: JsonlStore(jsonl_path).context(jid, upto, wc),
+            sizes.resume_runs,
+        )
+        rows.append(
+            Row(
+                f"resume_{label.split()[0]}",
+                f"resume {len(messages):,} msgs, {label}",
+                "s",
+                ags_s,
+                jsonl_s,
+                "ags <= JSONL/5",
+                ags_s <= jsonl_s / 5,
+            )
+        )
+        sizes_seen.append(f"{len(context)} {label}")
+    note = (
+        f"resume: {len(messages):,} messages, {compactions} compactions (one after every "
+        f"{sizes.compact_every}, keep {sizes.compact_keep}); context sizes: "
+        f"{', '.join(sizes_seen)}; ags opens a new Store and calls context(spec), JSONL "
+        f"reads and parses its file up to the same point; median of {sizes.resume_runs}, "
+        "page cache warm"
+    )
+    return Outcome(rows, note)
+
+
+def _write_compacted(
+    store: SessionWriter, sid: str, messages: Sequence[Message], sizes: Sizes
+) -> int:
+    """Append ``messages``, compacting after every ``compact_every``; return how many
+    compactions were written."""
+    compactions = 0
+    for i, message in enumerate(messages, 1):
+        store.append(sid, message)
+        if i % sizes.compact_every == 0:
+            store.compact(sid, summary_text(seed=i), sizes.compact_keep)
+            compactions += 1
+    return compactions
+
+
+def _ags_context(path: Path, spec: str) -> list[Message]:
+    with Store.open(path) as store:
+        return store.context(spec)
+
+
+# -- 3. fork -----------------------------------------------------------------------
+
+
+def fork_long_session(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Time and disk space to fork a long session at its head."""
+    messages = Conversation(project, seed=3).take(sizes.fork_source)
+    ags_path, jsonl_path = base / "ags", base / "jsonl"
+    with Store.open(ags_path) as store:
+        sid = store.new_session(title="fork source")
+        with store.batch():
+            _append_all(store, sid, messages)
+    with Store.open(ags_path) as store:
+        ags_s, ags_b = _fork_costs(lambda: store.fork(sid), ags_path, sizes.fork_runs)
+        ags_forked = store.context(store.fork(sid))
+    with JsonlStore(jsonl_path) as jsonl:
+        jid = jsonl.new_session(title="fork source")
+        jsonl.append_many(jid, messages)
+        jsonl_s, jsonl_b = _fork_costs(lambda: jsonl.fork(jid), jsonl_path, sizes.fork_runs)
+        jsonl_forked = jsonl.context(jsonl.fork(jid))
+    _check_same("context of a fork", ags_forked, jsonl_forked)
+    n = len(messages)
+    rows = [
+        Row(
+            "fork_time",
+            f"fork {n:,}-msg session",
+            "s",
+            ags_s,
+            jsonl_s,
+            "ags <= 2 ms",
+            ags_s <= 2e-3,
+        ),
+        Row(
+            "fork_bytes",
+            f"fork {n:,}-msg session, disk",
+            "B",
+            ags_b,
+            jsonl_b,
+            "ags <= 4 KB",
+            ags_b <= 4096,
+        ),
+    ]
+    note = (
+        f"fork: {sizes.fork_runs} forks at the head of a {n:,}-message session, each "
+        "durable; medians of time and of the st_blocks*512 added to the store directory"
+    )
+    return Outcome(rows, note)
+
+
+def _fork_costs(fork_once: Callable[[], str], root: Path, runs: int) -> tuple[float, float]:
+    """Median seconds and median bytes added on disk of ``runs`` forks."""
+    seconds: list[float] = []
+    added: list[int] = []
+    for _ in range(runs):
+        before = disk_bytes(root)
+        elapsed, _ = timed(fork_once)
+        seconds.append(elapsed)
+        added.append(disk_bytes(root) - before)
+    return statistics.median(seconds), statistics.median(added)
+
+
+# -- 4. a tree of forks -------------------------------------------------------------
+
+
+def fork_tree(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Disk space of one session and many forks of it, each continued with new messages."""
+    trunk = Conversation(project, seed=4).take(sizes.tree_messages)
+    branches = [
+        Conversation(project, seed=100 + i).take(sizes.fork_appends)
+        for i in range(sizes.tree_forks)
+    ]
+    n, forks = len(trunk), sizes.tree_forks
+    points = [round((i + 1) * n / (forks + 1)) for i in range(forks)]
+    ags_path, jsonl_path = base / "ags", base / "jsonl"
+    with Store.open(ags_path) as store:
+        sid = store.new_session(title="trunk")
+        _append_all(store, sid, trunk)
+        for point, branch in zip(points, branches, strict=True):
+            fid = store.fork(f"{sid}~{n - point}" if point < n else sid)
+            _append_all(store, fid, branch)
+        last_ags = store.context(fid)
+    with JsonlStore(jsonl_path) as jsonl:
+        jid = jsonl.new_session(title="trunk")
+        _append_all(jsonl, jid, trunk)
+        for point, branch in zip(points, branches, strict=True):
+            fjid = jsonl.fork(jid, at=point)
+            _append_all(jsonl, fjid, branch)
+        last_jsonl = jsonl.context(fjid)
+    _check_same("context of the last fork", last_ags, last_jsonl)
+    ags_b, jsonl_b = disk_bytes(ags_path), disk_bytes(jsonl_path)
+    row = Row(
+        "tree_bytes",
+        f"{n}-msg session + {forks} forks, disk",
+        "B",
+        ags_b,
+        jsonl_b,
+        "ags <= JSONL/5",
+        ags_b <= jsonl_b / 5,
+    )
+    note = (
+        f"fork tree: {n} messages, {forks} forks taken evenly from message {points[0]} "
+        f"to {points[-1]}, each then given {sizes.fork_appends} new messages; "
+        "st_blocks*512 over the whole store directory after closing"
+    )
+    return Outcome([row], note)
+
+
+# -- 5. listing ---------------------------------------------------------------------
+
+
+def list_sessions(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Time to list many sessions with their titles and message counts."""
+    conversation, rng = Conversation(project, seed=5), random.Random(5)
+    sessions = [
+        (f"session {i}", conversation.take(rng.randint(5, 20)))
+        for i in range(sizes.listed_sessions)
+    ]
+    ags_path, jsonl_path = base / "ags", base / "jsonl"
+    with Store.open(ags_path) as store, store.batch():
+        for title, messages in sessions:
+            sid = store.new_session(title=title)
+            _append_all(store, sid, messages)
+            store.release(sid)  # one open lock file per session would add up
+    with JsonlStore(jsonl_path) as jsonl:
+        for title, messages in sessions:
+            jsonl.append_many(jsonl.new_session(title=title), messages)
+    listed = _ags_sessions(ags_path)
+    _check_same(
+        "listed message counts",
+        sorted(s.messages for s in listed),
+        sorted(s.messages for s in JsonlStore(jsonl_path).sessions()),
+    )
+    ags_s, jsonl_s = paired_medians(
+        lambda: _ags_sessions(ags_path),
+        lambda: JsonlStore(jsonl_path).sessions(),
+        sizes.listing_runs,
+    )
+    n = len(sessions)
+    row = Row("listing", f"list {n:,} sessions", "s", ags_s, jsonl_s, "report only", None)
+    note = (
+        f"listing: {n:,} sessions of 5-20 messages; ags opens a new Store and calls "
+        "sessions(), JSONL reads every file for its title and message count and sorts "
+        f"by mtime; median of {sizes.listing_runs}"
+    )
+    return Outcome([row], note)
+
+
+def _ags_sessions(path: Path) -> list[SessionInfo]:
+    with Store.open(path) as store:
+        return store.sessions()
+
+
+def _check_same(what: str, ags: object, jsonl: object) -> None:
+    if ags != jsonl:
+        raise BenchmarkError(f"ags and JSONL disagree on the {what}")
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    durable_appends,
+    resume_compacted,
+    fork_long_session,
+    fork_tree,
+    list_sessions,
+)

@@ -1,0 +1,36 @@
+"""The benchmark runs end to end in quick mode and reports a number for every row."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench.__main__ import main
+
+ROWS = {
+    "append_rate",
+    "resume_after",
+    "resume_mid-cycle",
+    "resume_before",
+    "fork_time",
+    "fork_bytes",
+    "tree_bytes",
+    "listing",
+}
+
+
+def test_quick_run_reports_every_row_with_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--json"]) == 0
+
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["key"]: row for row in report["rows"]}
+    assert set(rows) == ROWS
+    for row in rows.values():
+        for field in ("ags", "jsonl", "ratio"):
+            value = row[field]
+            assert isinstance(value, int | float) and math.isfinite(value) and value > 0, row
+        assert row["status"] in {"PASS", "FAIL", "-"}
+    assert report["quick"] is True
+    assert report["machine"]["cores"] >= 1
