@@ -16,14 +16,17 @@ from objstore import AgsError, Store
 
 
 class AgsGroup(click.Group):
-    """Turns the store's errors into one-line messages."""
+    """The one place that turns errors into one-line messages."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except AgsError as e:
             click.echo(f"ags: {e}", err=True)
-            ctx.exit(1)
+        except OSError as e:  # the disk, not the user: full, read-only, out of file handles
+            where = f": {e.filename}" if e.filename else ""
+            click.echo(f"ags: {e.strerror or e}{where}", err=True)
+        ctx.exit(1)
 
 
 @click.group(cls=AgsGroup)

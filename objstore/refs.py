@@ -53,6 +53,7 @@ from .reflog import ReflogEntry, read_reflog
 SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TAG_PART_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 LOCK_STRIPES: Final = 256
+OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -187,9 +188,12 @@ class RefStore:
     def _lock(self, name: str) -> Iterator[None]:
         """Hold the striped lock of ``name``; the lock files stay open for the handle's life."""
         stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
-        lock = self._stripes.get(stripe)
+        lock = self._stripes.pop(stripe, None)
         if lock is None:
-            lock = self._stripes[stripe] = files.FileLock(self._locks / f"ref-{stripe:02x}")
+            lock = files.FileLock(self._locks / f"ref-{stripe:02x}")
+            if len(self._stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
+                self._stripes.pop(next(iter(self._stripes))).release()
+        self._stripes[stripe] = lock  # most recently used last
         lock.acquire()
         try:
             yield

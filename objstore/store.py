@@ -189,12 +189,14 @@ class Store:
 
     def close(self) -> None:
         """Seal this handle's pack and release every writer lock."""
-        self.objects.close()
-        self.refs.close()
-        for lock in self._writers.values():
-            lock.release()
-        self._writers.clear()
-        self._heads.clear()
+        try:
+            self.objects.close()
+        finally:
+            self.refs.close()
+            for lock in self._writers.values():
+                lock.release()
+            self._writers.clear()
+            self._heads.clear()
 
     def __enter__(self) -> Store:
         return self
@@ -300,8 +302,18 @@ class Store:
 
         While this handle holds the writer lock, nobody else can move the
         head or archive the session, so the head is remembered between appends.
+        A batch only checks that no other process writes the session now: it
+        holds no lock (it may write more sessions than a process has file
+        handles), and its end compares each ref's generation instead.
         """
-        sid = self.lock(session)
+        if self._batch_depth:
+            sid = self.session_id(session)
+            if sid not in self._writers:
+                probe = WriterLock(self.path / "locks", sid)
+                probe.acquire()
+                probe.release()
+        else:
+            sid = self.lock(session)
         if sid in self._heads:
             return sid, self._heads[sid]
         rec = self.refs.read(_session_ref(sid))
@@ -726,7 +738,9 @@ class Store:
             return None, self._tag_target(check_tag_name(base[5:]))
         if HEX_PREFIX.fullmatch(base):
             sessions = self._sessions_with_prefix(base)
-            nodes = self._nodes_with_prefix(base)
+            # A full session id is taken as one, as Git takes a ref name before a hash.
+            full = len(base) == 32 and sessions
+            nodes = [] if full else self._nodes_with_prefix(base)
             found = [f"session {s}" for s in sessions] + [f"node {n}" for n in nodes]
             if len(found) > 1:
                 raise AmbiguousSpec(parsed.text, sorted(found))
@@ -790,7 +804,8 @@ class Store:
 
         Objects are synced first, then the refs the block changed. If the
         block raises, its ref changes are dropped (objects written stay,
-        unreferenced, for gc).
+        unreferenced, for gc). A ref that another process changed meanwhile
+        raises RefConflict at the end.
         """
         if self._batch_depth:
             self._batch_depth += 1
@@ -811,6 +826,8 @@ class Store:
             self.refs.end_batch(before_refs=self.objects.sync)
         finally:
             self._batch_depth = 0
+            for sid in set(self._heads) - set(self._writers):
+                del self._heads[sid]  # remembered only under a writer lock
 
 
 def _project_root(root: str | os.PathLike[str] | None) -> str:

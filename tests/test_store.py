@@ -502,3 +502,22 @@ def test_checkout_attaches_to_sessions_and_detaches_at_nodes(store, tmp_path, mo
         store.session_id("HEAD")  # detached HEAD names no session
     store.checkout(sid)  # no root given: the project the current directory is in
     assert store.session_id("HEAD") == sid
+
+
+def test_a_batch_can_write_more_sessions_than_the_process_has_file_handles(tmp_path):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        with Store.open(tmp_path / "store") as s:
+            with s.batch():
+                for i in range(400):
+                    sid = s.new_session()
+                    s.append(sid, {"role": "user", "content": str(i)})
+            assert len(s.sessions()) == 400
+            for row in s.sessions()[:300]:  # and appends outside a batch, releasing as we go
+                s.append(row.id, {"role": "user", "content": "more"})
+                s.release(row.id)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
