@@ -21,7 +21,8 @@ from .errors import (
     UnknownSpec,
 )
 from .nodes import Node
-from .store import LogEntry, ReflogLine, SessionInfo, Store, Target
+from .resolve import Target
+from .store import LogEntry, ReflogLine, SessionInfo, Store
 
 __all__ = [
     "AgsError",

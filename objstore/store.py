@@ -23,38 +23,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from . import canonical, objects
+from . import canonical
 from .errors import (
-    AgsError,
-    AmbiguousSpec,
     CorruptObject,
     InvalidInput,
-    ObjectMissing,
     RefConflict,
     SessionArchived,
-    SpecError,
     StoreFormatError,
     UnknownSpec,
 )
 from .files import FileLock, atomic_write
 from .locks import WriterLock
-from .nodes import Node, node_body, parse_node
+from .nodes import Node, NodeType, node_body, parse_node
 from .object_store import ObjectStore
 from .refs import (
     SESSION_ID_RE,
     Body,
     RefRecord,
     RefStore,
-    check_session_id,
     check_tag_name,
     head_ref_name,
     now_iso,
 )
-from .specs import HEX_PREFIX, Spec, parse_spec
+from .resolve import Resolver, RootPath, Target, project_root, session_ref
+from .specs import parse_spec
 
 FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
 CONFIG_FILE: Final = "ags-store.json"
+LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +75,6 @@ class SessionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
-    """What a spec names: a node, and the session it was reached through (if any)."""
-
-    node: str | None
-    session: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class LogEntry:
     """One node of a transcript with its message (for a compaction: the summary)."""
 
@@ -103,10 +92,6 @@ class ReflogLine:
     new: str | None
     time: str
     reason: str
-
-
-def _session_ref(sid: str) -> str:
-    return f"sessions/{sid}"
 
 
 def _new_session_id() -> str:
@@ -130,6 +115,12 @@ def _session_info(rec: RefRecord) -> SessionInfo:
     )
 
 
+def _json_body(value: Any, where: str) -> bytes:
+    """Canonical bytes of a value to store, or InvalidInput: checked before anything is written."""
+    canonical.check_json(value, where)
+    return canonical.dumps(value, where)
+
+
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
     return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
 
@@ -144,6 +135,7 @@ class Store:
         self.objects = ObjectStore(
             path / "objects", self.tmp_dir, self.refs.replay, FileLock(path / "locks" / "recovery")
         )
+        self._resolver = Resolver(self.refs, self.objects, self.node)
         self._writers: dict[str, WriterLock] = {}
         self._heads: dict[str, Node | None] = {}  # head per locked session, to skip a read
         self._batch_depth = 0
@@ -164,7 +156,8 @@ class Store:
         except NotADirectoryError:
             raise StoreFormatError(f"{root} is a file, not an ags store") from None
         if data is None:
-            if root.exists() and any(root.iterdir()):
+            # Another process creating the store at the same moment leaves only these.
+            if root.exists() and not {p.name for p in root.iterdir()} <= LAYOUT:
                 raise StoreFormatError(f"{root} is not empty and is not an ags store")
             for sub in ("objects/pack", "refs/sessions", "refs/tags", "logs", "locks", "tmp"):
                 (root / sub).mkdir(parents=True, exist_ok=True)
@@ -222,16 +215,12 @@ class Store:
         except ValueError:
             raise CorruptObject(blob_id, "blob is not JSON") from None
 
-    def _put_blob(self, value: Any, where: str) -> str:
-        canonical.check_json(value, where)
-        return self.objects.put("blob", canonical.dumps(value, where))
-
     # -- sessions --------------------------------------------------------------
 
     def new_session(
         self,
         title: str | None = None,
-        root: str | os.PathLike[str] | None = None,
+        root: RootPath = None,
         model: str | None = None,
     ) -> str:
         """Create an empty session; return its id."""
@@ -243,7 +232,7 @@ class Store:
             "created": now,
             "updated": now,
             "archived_at": None,
-            "root": _project_root(root) if root is not None else None,
+            "root": project_root(root) if root is not None else None,
             "forked_from": None,
             "model": model,
             "messages": 0,
@@ -254,13 +243,13 @@ class Store:
                 raise RefConflict(f"session {sid} already exists")
             return {"target": None, "meta": meta}
 
-        self.refs.transact(_session_ref(sid), "create", create)
+        self.refs.transact(session_ref(sid), "create", create)
         return sid
 
     def session(self, spec: str) -> SessionInfo:
         """The metadata of the session ``spec`` names."""
         sid = self.session_id(spec)
-        rec = self.refs.read(_session_ref(sid))
+        rec = self.refs.read(session_ref(sid))
         if rec is None:
             raise UnknownSpec(f"no session {sid}")
         return _session_info(rec)
@@ -316,7 +305,7 @@ class Store:
             sid = self.lock(session)
         if sid in self._heads:
             return sid, self._heads[sid]
-        rec = self.refs.read(_session_ref(sid))
+        rec = self.refs.read(session_ref(sid))
         if rec is None:
             raise UnknownSpec(f"no session {sid}")
         if rec.body.get("meta", {}).get("archived_at"):
@@ -339,12 +328,14 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
-        canonical.check_json(meta, "meta")
+        message_body = _json_body(message, "message")
+        state_body = _json_body(state, "state") if state is not None else None
+        _json_body(meta, "meta")
         sid, parent = self._writable(session)
-        message_id = self._put_blob(message, "message")
+        message_id = self.objects.put("blob", message_body)
         state_id = (
-            self._put_blob(state, "state")
-            if state is not None
+            self.objects.put("blob", state_body)
+            if state_body is not None
             else (parent.state if parent else None)
         )
         count = (parent.messages if parent else 0) + 1
@@ -369,14 +360,16 @@ class Store:
             raise InvalidInput("a summary must be a string or a JSON object")
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
-        canonical.check_json(meta, "meta")
+        summary_body = _json_body(summary, "summary")
+        state_body = _json_body(state, "state") if state is not None else None
+        _json_body(meta, "meta")
         sid, parent = self._writable(session)
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
         in_context = [node.id for node in self._context_nodes(parent) if not node.is_compaction]
         kept = in_context[len(in_context) - keep :] if keep else []
-        summary_id = self._put_blob(summary, "summary")
-        state_id = self._put_blob(state, "state") if state is not None else parent.state
+        summary_id = self.objects.put("blob", summary_body)
+        state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
         return self._add_node(
             sid, parent, "compaction", summary_id, state_id, parent.messages, meta, "compact", kept
         )
@@ -385,7 +378,7 @@ class Store:
         self,
         sid: str,
         parent: Node | None,
-        type: Any,
+        type: NodeType,
         content: str,
         state_id: str | None,
         count: int,
@@ -405,7 +398,7 @@ class Store:
             return {**moved, "target": node_id}
 
         journal = None if self._batch_depth else self.objects
-        self.refs.transact(_session_ref(sid), reason, move, journal=journal)
+        self.refs.transact(session_ref(sid), reason, move, journal=journal)
         self._heads[sid] = Node(
             node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ())
         )
@@ -480,7 +473,7 @@ class Store:
                 raise RefConflict(f"session {sid} already exists")
             return {"target": target.node, "meta": meta}
 
-        self.refs.transact(_session_ref(sid), f"fork from {spec}", create)
+        self.refs.transact(session_ref(sid), f"fork from {spec}", create)
         return sid
 
     def _update_meta(self, session: str, reason: str, **changes: Any) -> None:
@@ -491,7 +484,7 @@ class Store:
                 raise UnknownSpec(f"no session {sid}")
             return _with_meta(current, **changes)
 
-        self.refs.transact(_session_ref(sid), reason, change)
+        self.refs.transact(session_ref(sid), reason, change)
 
     def set_title(self, session: str, title: str | None) -> None:
         _check_title(title)
@@ -500,7 +493,15 @@ class Store:
     def archive(self, session: str) -> None:
         """Hide a session from listings and refuse writes to it until unarchived."""
         with self._exclusive(session) as sid:
-            self._update_meta(sid, "archive", archived_at=now_iso())
+
+            def change(current: RefRecord | None) -> Body:
+                if current is None:
+                    raise UnknownSpec(f"no session {sid}")
+                if current.body.get("meta", {}).get("archived_at"):
+                    return current.body  # already archived: keep when, for gc's retention
+                return _with_meta(current, archived_at=now_iso())
+
+            self.refs.transact(session_ref(sid), "archive", change)
 
     def unarchive(self, session: str) -> None:
         self._update_meta(session, "unarchive", archived_at=None)
@@ -508,7 +509,7 @@ class Store:
     def delete(self, session: str) -> None:
         """Remove a session's ref. Its reflog stays, so it can be recovered until gc."""
         with self._exclusive(session) as sid:
-            self.refs.transact(_session_ref(sid), "delete", lambda cur: None)
+            self.refs.transact(session_ref(sid), "delete", lambda cur: None)
 
     @contextmanager
     def _exclusive(self, session: str) -> Iterator[str]:
@@ -535,7 +536,7 @@ class Store:
         """
         sid, head = self._writable(session)
         node_id = self.resolve(spec)
-        if node_id not in self._reachable_heads(sid):
+        if not self._in_history(sid, node_id):
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
         old = head.id if head else None
@@ -545,23 +546,25 @@ class Store:
                 raise RefConflict(f"session {sid} moved while it was being rewound")
             return {**_with_meta(current, updated=now_iso(), messages=count), "target": node_id}
 
-        self.refs.transact(_session_ref(sid), f"rewind to {spec}", move)
+        self.refs.transact(session_ref(sid), f"rewind to {spec}", move)
         self._heads.pop(sid, None)
         return node_id
 
-    def _reachable_heads(self, sid: str) -> set[str]:
-        """Nodes on the chain of the session's head and of every head in its reflog."""
-        rec = self.refs.read(_session_ref(sid))
-        heads = {e.new for e in self.refs.reflog(_session_ref(sid)) if e.new} | (
-            {rec.target} if rec and rec.target else set()
-        )
+    def _in_history(self, sid: str, node_id: str) -> bool:
+        """Whether ``node_id`` is on the chain of the session's head or of a head its
+        reflog remembers (so that a rewind can be undone)."""
+        rec = self.refs.read(session_ref(sid))
+        heads = {e.new for e in self.refs.reflog(session_ref(sid)) if e.new}
+        heads |= {rec.target} if rec and rec.target else set()
         seen: set[str] = set()
         for head in heads:
             nid: str | None = head
             while nid is not None and nid not in seen:
+                if nid == node_id:
+                    return True
                 seen.add(nid)
                 nid = self.node(nid).parent
-        return seen
+        return False
 
     def tag(self, name: str, spec: str, force: bool = False) -> str:
         """Name the node ``spec`` names; return the node id. Refuses to move a tag unless forced."""
@@ -599,12 +602,12 @@ class Store:
 
     def reflog(self, spec: str) -> list[ReflogLine]:
         """The reflog of the ref ``spec`` names, newest first."""
-        name = self._ref_name(parse_spec(spec))
+        name = self._resolver.ref_name(parse_spec(spec))
         return [ReflogLine(e.old, e.new, e.time, e.reason) for e in self.refs.reflog(name)][::-1]
 
     # -- HEAD ------------------------------------------------------------------
 
-    def checkout(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
+    def checkout(self, spec: str, root: RootPath = None) -> Target:
         """Make ``spec`` current for a project root: a plain session name attaches HEAD to
         the session, anything else detaches it at a node.
 
@@ -613,7 +616,7 @@ class Store:
         """
         target = self.lookup(spec, root=root)
         if parse_spec(spec).is_plain and target.session is not None:
-            value = _session_ref(target.session)
+            value = session_ref(target.session)
         elif target.node is not None:
             value = target.node
             target = Target(target.node, None)
@@ -621,11 +624,11 @@ class Store:
             raise InvalidInput(f"{spec} names an empty session; nothing to detach at")
         if root is None:
             try:
-                root_path = self._head_root(None)
+                root_path = self._resolver.head_root(None)
             except UnknownSpec:
-                root_path = _project_root(None)
+                root_path = project_root(None)
         else:
-            root_path = _project_root(root)
+            root_path = project_root(root)
         self.refs.transact(
             head_ref_name(root_path),
             f"checkout {spec}",
@@ -633,30 +636,18 @@ class Store:
         )
         return target
 
-    def head(self, root: str | os.PathLike[str] | None = None) -> Target | None:
+    def head(self, root: RootPath = None) -> Target | None:
         """What HEAD names for ``root`` (default: the current directory), or None."""
         try:
             return self.lookup("HEAD", root=root)
         except UnknownSpec:
             return None
 
-    def _head_target(self, root: str | os.PathLike[str] | None) -> str:
-        rec = self.refs.read(head_ref_name(self._head_root(root)))
-        if rec is None or not rec.target:
-            raise UnknownSpec("HEAD changed while it was being read")
-        return str(rec.target)
-
     # -- resolving specs -------------------------------------------------------
 
-    def session_id(self, spec: str) -> str:
-        """The id of the session ``spec`` names (a full or prefix id, sessions/..., HEAD)."""
-        if type(spec) is str and SESSION_ID_RE.fullmatch(spec):
-            return spec
-        parsed = parse_spec(spec)
-        target = self.lookup(spec)
-        if target.session is None or not parsed.is_plain:
-            raise SpecError(f"{spec} does not name a session")
-        return target.session
+    def lookup(self, spec: str, root: RootPath = None) -> Target:
+        """Resolve a spec to a node and the session it was reached through (resolve.py)."""
+        return self._resolver.lookup(spec, root)
 
     def resolve(self, spec: str) -> str:
         """The node id ``spec`` names (a session with no messages yet is an error)."""
@@ -665,136 +656,9 @@ class Store:
             raise UnknownSpec(f"{spec} names a session with no messages yet")
         return node
 
-    def lookup(self, spec: str, root: str | os.PathLike[str] | None = None) -> Target:
-        """Resolve a spec to a node and the session it was reached through."""
-        parsed = parse_spec(spec)
-        session, node = self._resolve_base(parsed, root)
-        if parsed.reflog is not None:
-            node = self._reflog_value(parsed, root)
-        for step in range(parsed.back):
-            if node is None:
-                raise UnknownSpec(f"{spec}: history is only {step} nodes deep")
-            node = self.node(node).parent
-        if parsed.back and node is None:
-            raise UnknownSpec(f"{spec}: history is only {parsed.back - 1} nodes deep")
-        return Target(node, session)
-
-    def _ref_name(self, parsed: Spec, root: str | os.PathLike[str] | None = None) -> str:
-        base = parsed.base
-        if base == "HEAD":
-            return head_ref_name(self._head_root(root))
-        if base.startswith("tags/"):
-            return f"tags/{check_tag_name(base[5:])}"
-        if base.startswith("sessions/") and SESSION_ID_RE.fullmatch(base[9:]):
-            return base  # a full id: its reflog outlives a deleted session
-        session, _node = self._resolve_base(parsed, root)
-        if session is None:
-            raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
-        return _session_ref(session)
-
-    def _head_root(self, root: str | os.PathLike[str] | None) -> str:
-        start = Path(_project_root(root))
-        for d in (start, *start.parents):
-            if self.refs.read(head_ref_name(str(d))) is not None:
-                return str(d)
-        raise UnknownSpec(f"nothing is checked out for {start}")
-
-    def _reflog_value(self, parsed: Spec, root: str | os.PathLike[str] | None) -> str | None:
-        """The target ``parsed.reflog`` moves ago; for HEAD, a session stands for its head."""
-        name = self._ref_name(parsed, root)
-        moves = [e for e in self.refs.reflog(name) if e.old != e.new]
-        n = parsed.reflog or 0
-        if n == 0:
-            current = self.refs.read(name)
-            value = current.target if current else None
-        elif n <= len(moves):
-            value = moves[-n].old  # the value the nth-last move moved away from
-        else:
-            raise UnknownSpec(f"{parsed.text}: {name} has moved only {len(moves)} times")
-        if name.startswith("HEAD/") and value and value.startswith("sessions/"):
-            rec = self.refs.read(value)
-            return rec.target if rec else None
-        return value
-
-    def _resolve_base(
-        self, parsed: Spec, root: str | os.PathLike[str] | None
-    ) -> tuple[str | None, str | None]:
-        """(session, node) for the base of a spec."""
-        base = parsed.base
-        if base == "HEAD":
-            value = self._head_target(root)
-            if value.startswith("sessions/"):
-                sid = value.split("/", 1)[1]
-                rec = self.refs.read(value)
-                if rec is None:
-                    raise UnknownSpec(f"HEAD names session {sid}, which no longer exists")
-                return sid, rec.target
-            return None, value
-        if base.startswith("sessions/"):
-            sid = self._session_by_prefix(base[len("sessions/") :], parsed.text)
-            rec = self.refs.read(_session_ref(sid))
-            return sid, rec.target if rec else None
-        if base.startswith("tags/"):
-            return None, self._tag_target(check_tag_name(base[5:]))
-        if HEX_PREFIX.fullmatch(base):
-            sessions = self._sessions_with_prefix(base)
-            # A full session id is taken as one, as Git takes a ref name before a hash.
-            full = len(base) == 32 and sessions
-            nodes = [] if full else self._nodes_with_prefix(base)
-            found = [f"session {s}" for s in sessions] + [f"node {n}" for n in nodes]
-            if len(found) > 1:
-                raise AmbiguousSpec(parsed.text, sorted(found))
-            if sessions:
-                rec = self.refs.read(_session_ref(sessions[0]))
-                return sessions[0], rec.target if rec else None
-            if nodes:
-                return None, nodes[0]
-        try:
-            return None, self._tag_target(check_tag_name(base))
-        except (AgsError, ValueError):
-            pass
-        raise UnknownSpec(f"no session, node or tag matches {parsed.text!r}")
-
-    def _tag_target(self, name: str) -> str | None:
-        rec = self.refs.read(f"tags/{name}")
-        if rec is None:
-            raise UnknownSpec(f"no tag {name}")
-        return rec.target
-
-    def _sessions_with_prefix(self, prefix: str) -> list[str]:
-        if len(prefix) > 32:
-            return []
-        if len(prefix) == 32:
-            return [prefix] if self.refs.read(_session_ref(prefix)) else []
-        return sorted(
-            name.split("/", 1)[1]
-            for name in self.refs.names("sessions")
-            if name.split("/", 1)[1].startswith(prefix)
-        )
-
-    def _session_by_prefix(self, prefix: str, text: str) -> str:
-        if not HEX_PREFIX.fullmatch(prefix):
-            check_session_id(prefix)
-        found = self._sessions_with_prefix(prefix)
-        if len(found) > 1:
-            raise AmbiguousSpec(text, [f"session {s}" for s in found])
-        if not found:
-            raise UnknownSpec(f"no session matches {text!r}")
-        return found[0]
-
-    def _nodes_with_prefix(self, prefix: str) -> list[str]:
-        if len(prefix) == objects.ID_HEX_LEN:
-            candidates = {prefix}
-        else:
-            candidates = self.objects.with_prefix(prefix)
-        out = []
-        for oid in sorted(candidates):
-            try:
-                if self.objects.get(oid)[0] == "node":
-                    out.append(oid)
-            except ObjectMissing:
-                continue
-        return out
+    def session_id(self, spec: str) -> str:
+        """The id of the session ``spec`` names (a full or prefix id, sessions/..., HEAD)."""
+        return self._resolver.session_id(spec)
 
     # -- batches ---------------------------------------------------------------
 
@@ -828,10 +692,6 @@ class Store:
             self._batch_depth = 0
             for sid in set(self._heads) - set(self._writers):
                 del self._heads[sid]  # remembered only under a writer lock
-
-
-def _project_root(root: str | os.PathLike[str] | None) -> str:
-    return os.path.realpath(root if root is not None else os.getcwd())
 
 
 def _check_title(title: str | None) -> None:

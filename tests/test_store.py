@@ -151,8 +151,19 @@ def test_values_json_would_change_are_refused_and_change_nothing(tmp_path, bad):
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": "ok"})
     before = tree_snapshot(path)
-    with Store.open(path) as s, pytest.raises(InvalidInput):
-        s.append(sid, bad)
+    good = {"role": "user", "content": "fine"}
+    with Store.open(path) as s:
+        with pytest.raises(InvalidInput):
+            s.append(sid, bad)
+        if isinstance(bad, dict):
+            with pytest.raises(InvalidInput):
+                s.append(sid, good, state=bad)  # a good message with a bad state: nothing
+            with pytest.raises(InvalidInput):
+                s.append(sid, good, meta=bad)
+            with pytest.raises(InvalidInput):
+                s.compact(sid, bad)
+            with pytest.raises(InvalidInput):
+                s.compact(sid, "fine", state=bad)
     assert tree_snapshot(path) == before
 
 
@@ -474,6 +485,15 @@ def test_default_location_comes_from_ags_store(tmp_path, monkeypatch):
     assert (tmp_path / "envstore" / "ags-store.json").exists()
 
 
+def test_archiving_twice_keeps_the_first_time(store):
+    sid = store.new_session()
+    store.archive(sid)
+    first = store.session(sid).archived_at
+    time.sleep(0.002)
+    store.archive(sid)
+    assert store.session(sid).archived_at == first
+
+
 def test_the_writer_itself_can_archive_and_then_cannot_append(store):
     sid = store.new_session()
     store.append(sid, {"role": "user", "content": "1"})  # this handle now holds the writer lock
@@ -521,3 +541,19 @@ def test_a_batch_can_write_more_sessions_than_the_process_has_file_handles(tmp_p
                 s.release(row.id)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_processes_creating_one_store_at_once_all_succeed(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "new-store"
+    code = (
+        "import sys; from objstore import Store\n"
+        "s = Store.open(sys.argv[1]); s.append(s.new_session(), {'role': 'user', 'content': 'x'})"
+        "; s.close()"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)]) for _ in range(6)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 6
+    with Store.open(path) as s:
+        assert len(s.sessions()) == 6
