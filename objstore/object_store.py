@@ -7,8 +7,9 @@ Where objects go:
   That is what makes a durable append cost one sync for all of its objects.
 * ``put(..., pack=False)`` writes one loose file
   (``objects/<2 hex>/<62 hex>``) with the atomic-replace protocol, durable
-  when it returns. Loose files pay for single objects written outside a
-  stream; gc folds them into packs.
+  when it returns. Loose files pay for a few objects written outside a
+  stream (and map one to one onto an object store's keys); a future gc will
+  fold them into packs.
 
 Writing an object that already exists is a no-op. Every read is verified
 against the id.

@@ -32,7 +32,7 @@ needed to recover a ref". The index is derived data::
 Only objects are indexed. A pack without an index is being written (its
 flock is held) or was left by a crash. Readers scan such a pack; whoever
 finds it unlocked recovers it: replays its ref updates (a no-op unless power
-was lost), cuts a torn tail, and writes the index.
+was lost) and writes the index, leaving any torn tail unindexed.
 """
 
 from __future__ import annotations
@@ -296,8 +296,10 @@ class OpenPack:
     def try_recover(self, tmp_dir: Path, replay: Replay) -> bool:
         """Seal the pack if no writer holds it; return whether it is sealed now.
 
-        Verifies every record, replays its ref updates, cuts a torn tail and
-        writes the index.
+        Verifies every record, replays its ref updates and writes the index,
+        whose pack length marks where the good records end. Bytes after that
+        (a torn tail) are left alone, not cut: should they come from a damaged
+        header in the middle instead, nothing readable is destroyed.
         """
         fd = os.open(self.path, os.O_RDWR)
         try:
@@ -313,8 +315,6 @@ class OpenPack:
             scan = scan_records(fd, len(PACK_MAGIC), size)
             good_objects, updates, good_end = _verified(fd, scan)
             replay(updates)
-            if good_end < size:
-                os.ftruncate(fd, good_end)
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
             self.index = good_objects
@@ -329,9 +329,9 @@ class OpenPack:
 def _verified(fd: int, scan: Scan) -> tuple[dict[str, Location], list[dict[str, Any]], int]:
     """Check every record of a scan: (objects to index, ref updates in order, good end).
 
-    The pack ends after its last record that verifies: what follows is a torn
-    tail (power loss can leave zeros there). A bad object before a good record
-    is not a tail; it stays indexed so that fsck reports it.
+    The pack's good part ends after its last record that verifies: what
+    follows is a torn tail (power loss can leave zeros there). A bad object
+    before a good record is not a tail; it stays indexed so that fsck reports it.
     """
     good_end = len(PACK_MAGIC)
     for oid, loc in scan.objects.items():
