@@ -13,17 +13,34 @@ A ``message`` node adds ``message``: the blob of one chat message. A
 ``compaction`` node adds ``summary``, the blob of the summary message, and
 ``kept``, the ids of the message nodes whose messages stay verbatim after it,
 oldest first.
+
+Every ``SPAN_EVERY``-th message node after a compaction (or after the start)
+also carries a ``span``: ``{"after": <node id or null>, "messages": [...]}``,
+the message blobs of the nodes after ``after`` up to and including this one,
+oldest first. ``after`` is the previous span node, the compaction, or null for
+the start. Reading a context then takes one node per span instead of one per
+message: resume reads about one object per message, not two. A span only
+repeats what the chain says; it never changes the meaning of the history.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from . import canonical
 from .errors import CorruptObject
 
 NodeType = Literal["message", "compaction"]
+SPAN_EVERY: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Message blobs of the nodes after ``after`` up to the node carrying the span."""
+
+    after: str | None
+    messages: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +55,7 @@ class Node:
     messages: int
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     kept: tuple[str, ...] = ()
+    span: Span | None = None
 
     @property
     def is_compaction(self) -> bool:
@@ -52,6 +70,7 @@ def node_body(
     messages: int,
     meta: dict[str, Any],
     kept: list[str] | None = None,
+    span: Span | None = None,
 ) -> bytes:
     body: dict[str, Any] = {
         "type": type,
@@ -62,6 +81,8 @@ def node_body(
     }
     if type == "message":
         body["message"] = content
+        if span is not None:
+            body["span"] = {"after": span.after, "messages": list(span.messages)}
     else:
         body["summary"] = content
         body["kept"] = list(kept or [])
@@ -73,14 +94,17 @@ def parse_node(oid: str, body: bytes) -> Node:
     try:
         d = canonical.loads(body)
         kind = d["type"]
+        span = None
         if kind == "message":
             content, kept = d["message"], ()
+            if "span" in d:
+                span = Span(d["span"]["after"], tuple(d["span"]["messages"]))
         elif kind == "compaction":
             content, kept = d["summary"], tuple(d["kept"])
         else:
             raise ValueError(f"unknown node type {kind!r}")
         node = Node(
-            oid, kind, d["parent"], content, d["state"], int(d["messages"]), d["meta"], kept
+            oid, kind, d["parent"], content, d["state"], int(d["messages"]), d["meta"], kept, span
         )
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptObject(oid, f"not a valid node ({e})") from None

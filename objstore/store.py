@@ -34,7 +34,7 @@ from .errors import (
 )
 from .files import FileLock, atomic_write
 from .locks import WriterLock
-from .nodes import Node, NodeType, node_body, parse_node
+from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore
 from .refs import (
     SESSION_ID_RE,
@@ -115,6 +115,16 @@ def _session_info(rec: RefRecord) -> SessionInfo:
     )
 
 
+@dataclass(slots=True)
+class _Tip:
+    """What a writer remembers of a session between appends: its head node, and
+    the message blobs since the last span or compaction (the next span's)."""
+
+    head: Node | None
+    since: str | None  # the last span node or compaction; None: the start
+    pending: list[str]
+
+
 def _json_body(value: Any, where: str) -> bytes:
     """Canonical bytes of a value to store, or InvalidInput: checked before anything is written."""
     canonical.check_json(value, where)
@@ -137,7 +147,7 @@ class Store:
         )
         self._resolver = Resolver(self.refs, self.objects, self.node)
         self._writers: dict[str, WriterLock] = {}
-        self._heads: dict[str, Node | None] = {}  # head per locked session, to skip a read
+        self._tips: dict[str, _Tip] = {}  # per session this handle writes
         self._batch_depth = 0
 
     # -- opening and closing ---------------------------------------------------
@@ -189,7 +199,7 @@ class Store:
             for lock in self._writers.values():
                 lock.release()
             self._writers.clear()
-            self._heads.clear()
+            self._tips.clear()
 
     def __enter__(self) -> Store:
         return self
@@ -282,12 +292,12 @@ class Store:
         """Let go of a session's writer lock."""
         sid = self.session_id(session)
         lock = self._writers.pop(sid, None)
-        self._heads.pop(sid, None)
+        self._tips.pop(sid, None)
         if lock:
             lock.release()
 
-    def _writable(self, session: str) -> tuple[str, Node | None]:
-        """Lock a session for writing; return its id and head node.
+    def _writable(self, session: str) -> tuple[str, _Tip]:
+        """Lock a session for writing; return its id and what a writer needs of it.
 
         While this handle holds the writer lock, nobody else can move the
         head or archive the session, so the head is remembered between appends.
@@ -303,16 +313,25 @@ class Store:
                 probe.release()
         else:
             sid = self.lock(session)
-        if sid in self._heads:
-            return sid, self._heads[sid]
+        tip = self._tips.get(sid)
+        if tip is not None:
+            return sid, tip
         rec = self.refs.read(session_ref(sid))
         if rec is None:
             raise UnknownSpec(f"no session {sid}")
         if rec.body.get("meta", {}).get("archived_at"):
             raise SessionArchived(sid)
-        head = self.node(rec.target) if rec.target else None
-        self._heads[sid] = head
-        return sid, head
+        tip = self._tips[sid] = self._tip_at(self.node(rec.target) if rec.target else None)
+        return sid, tip
+
+    def _tip_at(self, head: Node | None) -> _Tip:
+        """Walk back to the last span or compaction (fewer than SPAN_EVERY nodes)."""
+        pending: list[str] = []
+        node = head
+        while node is not None and not node.is_compaction and node.span is None:
+            pending.append(node.content)
+            node = self.node(node.parent) if node.parent else None
+        return _Tip(head, node.id if node else None, pending[::-1])
 
     def append(
         self,
@@ -331,7 +350,8 @@ class Store:
         message_body = _json_body(message, "message")
         state_body = _json_body(state, "state") if state is not None else None
         _json_body(meta, "meta")
-        sid, parent = self._writable(session)
+        sid, tip = self._writable(session)
+        parent = tip.head
         message_id = self.objects.put("blob", message_body)
         state_id = (
             self.objects.put("blob", state_body)
@@ -339,7 +359,16 @@ class Store:
             else (parent.state if parent else None)
         )
         count = (parent.messages if parent else 0) + 1
-        return self._add_node(sid, parent, "message", message_id, state_id, count, meta, "append")
+        pending = [*tip.pending, message_id]
+        span = Span(tip.since, tuple(pending)) if len(pending) >= SPAN_EVERY else None
+        node = self._add_node(
+            sid, parent, "message", message_id, state_id, count, meta, "append", span=span
+        )
+        if span is None:
+            self._tips[sid] = _Tip(node, tip.since, pending)
+        else:
+            self._tips[sid] = _Tip(node, node.id, [])
+        return node.id
 
     def compact(
         self,
@@ -363,16 +392,18 @@ class Store:
         summary_body = _json_body(summary, "summary")
         state_body = _json_body(state, "state") if state is not None else None
         _json_body(meta, "meta")
-        sid, parent = self._writable(session)
+        sid, tip = self._writable(session)
+        parent = tip.head
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
-        in_context = [node.id for node in self._context_nodes(parent) if not node.is_compaction]
-        kept = in_context[len(in_context) - keep :] if keep else []
+        kept = self._last_messages(parent, keep)
         summary_id = self.objects.put("blob", summary_body)
         state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
-        return self._add_node(
+        node = self._add_node(
             sid, parent, "compaction", summary_id, state_id, parent.messages, meta, "compact", kept
         )
+        self._tips[sid] = _Tip(node, node.id, [])
+        return node.id
 
     def _add_node(
         self,
@@ -385,10 +416,12 @@ class Store:
         meta: dict[str, Any] | None,
         reason: str,
         kept: list[str] | None = None,
-    ) -> str:
+        span: Span | None = None,
+    ) -> Node:
+        """Write a node after ``parent`` and move the session's head to it."""
         full_meta = {"time": now_iso(), **(meta or {})}
         parent_id = parent.id if parent else None
-        body = node_body(type, parent_id, content, state_id, count, full_meta, kept)
+        body = node_body(type, parent_id, content, state_id, count, full_meta, kept, span)
         node_id = self.objects.put("node", body)
 
         def move(current: RefRecord | None) -> Body:
@@ -399,31 +432,46 @@ class Store:
 
         journal = None if self._batch_depth else self.objects
         self.refs.transact(session_ref(sid), reason, move, journal=journal)
-        self._heads[sid] = Node(
-            node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ())
+        return Node(
+            node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ()), span
         )
-        return node_id
 
     # -- reading history ---------------------------------------------------------
 
-    def _context_nodes(self, head: Node) -> list[Node]:
-        """The nodes whose messages make the context at ``head``, oldest first: the last
-        compaction node (its message is the summary), its kept nodes, the nodes after it."""
-        after: list[Node] = []
+    def _context_blobs(self, head: Node) -> list[str]:
+        """The message blobs of the context at ``head``, oldest first: the last
+        compaction's summary and kept messages, then the messages after it. Spans
+        let the walk skip SPAN_EVERY nodes at a time."""
+        newest_first: list[str] = []
         node: Node | None = head
         while node is not None and not node.is_compaction:
-            after.append(node)
+            if node.span is not None:
+                newest_first += reversed(node.span.messages)
+                after = node.span.after
+            else:
+                newest_first.append(node.content)
+                after = node.parent
+            node = self.node(after) if after else None
+        front = [] if node is None else [node.content, *(self.node(k).content for k in node.kept)]
+        return front + newest_first[::-1]
+
+    def _last_messages(self, head: Node, k: int) -> list[str]:
+        """The ids of the last ``k`` message nodes in the context at ``head``, oldest first."""
+        newest_first: list[str] = []
+        node: Node | None = head
+        while node is not None and not node.is_compaction and len(newest_first) < k:
+            newest_first.append(node.id)
             node = self.node(node.parent) if node.parent else None
-        if node is None:
-            return after[::-1]
-        return [node, *(self.node(k) for k in node.kept), *after[::-1]]
+        missing = k - len(newest_first)
+        earlier = list(node.kept[-missing:]) if node is not None and missing > 0 else []
+        return earlier + newest_first[::-1]
 
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
         node_id = self.lookup(spec).node
         if node_id is None:
             return []
-        return [self.blob(node.content) for node in self._context_nodes(self.node(node_id))]
+        return [self.blob(blob_id) for blob_id in self._context_blobs(self.node(node_id))]
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
@@ -525,7 +573,7 @@ class Store:
         try:
             yield sid
         finally:
-            self._heads.pop(sid, None)
+            self._tips.pop(sid, None)
             if not held:
                 self.release(sid)
 
@@ -534,12 +582,12 @@ class Store:
 
         The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
         """
-        sid, head = self._writable(session)
+        sid, tip = self._writable(session)
         node_id = self.resolve(spec)
         if not self._in_history(sid, node_id):
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
-        old = head.id if head else None
+        old = tip.head.id if tip.head else None
 
         def move(current: RefRecord | None) -> Body:
             if current is None or current.target != old:
@@ -547,7 +595,7 @@ class Store:
             return {**_with_meta(current, updated=now_iso(), messages=count), "target": node_id}
 
         self.refs.transact(session_ref(sid), f"rewind to {spec}", move)
-        self._heads.pop(sid, None)
+        self._tips.pop(sid, None)
         return node_id
 
     def _in_history(self, sid: str, node_id: str) -> bool:
@@ -684,14 +732,14 @@ class Store:
             yield self
         except BaseException:
             self.refs.abort_batch()
-            self._heads.clear()
+            self._tips.clear()
             raise
         else:
             self.refs.end_batch(before_refs=self.objects.sync)
         finally:
             self._batch_depth = 0
-            for sid in set(self._heads) - set(self._writers):
-                del self._heads[sid]  # remembered only under a writer lock
+            for sid in set(self._tips) - set(self._writers):
+                del self._tips[sid]  # remembered only under a writer lock
 
 
 def _check_title(title: str | None) -> None:

@@ -557,3 +557,62 @@ def test_processes_creating_one_store_at_once_all_succeed(tmp_path):
     assert [p.wait(timeout=60) for p in procs] == [0] * 6
     with Store.open(path) as s:
         assert len(s.sessions()) == 6
+
+
+def naive_context(store: Store, node_id: str | None) -> list:
+    """The context by the definition in FORMAT.md, walking every parent (no spans)."""
+    chain = []
+    while node_id is not None:
+        node = store.node(node_id)
+        if node.is_compaction:
+            kept = [store.blob(store.node(k).content) for k in node.kept]
+            return [store.blob(node.content), *kept, *chain[::-1]]
+        chain.append(store.blob(node.content))
+        node_id = node.parent
+    return chain[::-1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_context_with_spans_matches_the_definition(tmp_path, monkeypatch, seed):
+    import random
+
+    import objstore.store
+
+    monkeypatch.setattr(objstore.store, "SPAN_EVERY", 3)  # spans everywhere
+    rng = random.Random(seed)
+    path = tmp_path / "store"
+    s = Store.open(path)
+    sessions = [s.new_session()]
+    for step in range(250):
+        sid = rng.choice(sessions)
+        roll = rng.random()
+        if roll < 0.7:
+            s.append(sid, {"role": "user", "content": f"{step}"})
+        elif roll < 0.8 and s.session(sid).messages:
+            s.compact(sid, f"summary {step}", keep=rng.randrange(0, 6))
+        elif roll < 0.9 and s.session(sid).head:
+            back = rng.randrange(0, 8)
+            try:
+                sessions.append(s.fork(f"{sid}~{back}"))
+            except UnknownSpec:
+                pass
+        elif roll < 0.95 and s.session(sid).head:
+            try:
+                s.rewind(sid, f"{sid}~{rng.randrange(1, 5)}")
+            except UnknownSpec:
+                pass
+        else:  # a new handle: writers rebuild what they remember from disk
+            s.close()
+            s = Store.open(path)
+    for sid in sessions:
+        head = s.session(sid).head
+        assert s.context(sid) == naive_context(s, head)
+        for back in range(1, 6):
+            try:
+                node = s.resolve(f"{sid}~{back}")
+            except UnknownSpec:
+                break
+            assert s.context(node) == naive_context(s, node)
+    spans = sum(1 for sid in sessions for e in s.log(sid) if e.node.span is not None)
+    assert spans > 10  # the walk above really went through spans
+    s.close()
