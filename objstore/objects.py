@@ -57,13 +57,13 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if stored[0] != FORMAT_ZSTD:
         raise CorruptObject(oid, f"unknown format byte 0x{stored[0]:02x}")
     try:
-        content = _decompressor.decompress(stored[1:])
+        content = _decompressor.decompress(memoryview(stored)[1:])
     except zstandard.ZstdError as e:
         raise CorruptObject(oid, f"zstd: {e}") from None
     if blake3.blake3(content).hexdigest() != oid:
         raise CorruptObject(oid, "its content does not hash to its id")
-    kind, sep, body = content.partition(b"\0")
-    text = kind.decode("ascii", "replace")
-    if not sep or text not in kinds:
+    cut = content.find(b"\0", 0, 16)
+    text = content[:cut].decode("ascii", "replace") if cut > 0 else ""
+    if text not in kinds:
         raise CorruptObject(oid, f"unknown kind {text!r}")
-    return text, body
+    return text, content[cut + 1 :]

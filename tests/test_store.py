@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -592,15 +593,11 @@ def test_context_with_spans_matches_the_definition(tmp_path, monkeypatch, seed):
             s.compact(sid, f"summary {step}", keep=rng.randrange(0, 6))
         elif roll < 0.9 and s.session(sid).head:
             back = rng.randrange(0, 8)
-            try:
+            with contextlib.suppress(UnknownSpec):
                 sessions.append(s.fork(f"{sid}~{back}"))
-            except UnknownSpec:
-                pass
         elif roll < 0.95 and s.session(sid).head:
-            try:
+            with contextlib.suppress(UnknownSpec):
                 s.rewind(sid, f"{sid}~{rng.randrange(1, 5)}")
-            except UnknownSpec:
-                pass
         else:  # a new handle: writers rebuild what they remember from disk
             s.close()
             s = Store.open(path)
