@@ -170,27 +170,16 @@ class ObjectStore:
 
     # -- writing -------------------------------------------------------------
 
-    def put_many(self, items: list[tuple[str, bytes]], *, pack: bool = True) -> list[str]:
-        """Store ``(kind, body)`` objects; return their ids. See the module doc for durability."""
-        ids: list[str] = []
-        new: list[tuple[str, bytes]] = []
-        for kind, body in items:
-            oid, stored = objects.encode(kind, body)
-            ids.append(oid)
-            if self.has(oid) or any(oid == n for n, _ in new):
-                continue
-            new.append((oid, stored))
-        if not new:
-            return ids
-        if pack:
-            self._pack_writer().add(new)
-        else:
-            for oid, stored in new:
-                atomic_write(self._tmp_dir, self.loose_path(oid), stored)
-        return ids
-
     def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
-        return self.put_many([(kind, body)], pack=pack)[0]
+        """Store an object; return its id. See the module doc for where and how durably."""
+        oid, stored = objects.encode(kind, body)
+        if self.has(oid):
+            return oid
+        if pack:
+            self._pack_writer().add([(oid, stored)])
+        else:
+            atomic_write(self._tmp_dir, self.loose_path(oid), stored)
+        return oid
 
     def _pack_writer(self) -> PackWriter:
         w = self._writer

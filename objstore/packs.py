@@ -222,10 +222,6 @@ class SealedPack:
         self._fanout = (0, *IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size))
         self._data: mmap.mmap | None = None  # mapped on first read: a store may hold many packs
 
-    def verify_index(self) -> bool:
-        body = self._map[: len(self._map) - 32]
-        return blake3.blake3(body).digest() == self._map[len(self._map) - 32 :]
-
     def _entry_range(self, first_byte: int) -> tuple[int, int]:
         """Byte offsets in the index of the entries whose id starts with ``first_byte``."""
         lo, hi = self._fanout[first_byte], self._fanout[first_byte + 1]
