@@ -1,4 +1,6 @@
-"""Durable file primitives: the only code in ags that makes a file durable.
+"""Durable file primitives: how ags creates, replaces and appends to files.
+
+(Packs, append-only files with one writer, sync themselves: packs.py.)
 
 The atomic-replace protocol, used for loose objects, ref files and pack
 indexes alike:
@@ -35,6 +37,20 @@ def fsync_dir(path: StrPath) -> None:
         os.close(fd)
 
 
+def make_dirs(path: StrPath, *, durable: bool = True) -> None:
+    """Create a directory and any missing parents; sync the entry of each one created."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    make_dirs(os.path.dirname(path), durable=durable)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    if durable:
+        fsync_dir(os.path.dirname(path))
+
+
 def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
     """Write ``data`` to a new uniquely named file in ``tmp_dir``; return its path."""
     tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
@@ -59,7 +75,7 @@ def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
     try:
         os.rename(tmp, dest)
     except FileNotFoundError:
-        os.makedirs(parent, exist_ok=True)
+        make_dirs(parent, durable=durable)
         os.rename(tmp, dest)
     if durable:
         fsync_dir(parent)
@@ -77,11 +93,13 @@ def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
     newline ends in a fragment torn by a crash (or zeros a power loss left).
     The fragment is cut off first; otherwise it would swallow this line.
     """
+    created = False
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_dirs(os.path.dirname(path), durable=durable)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        created = True
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -91,6 +109,8 @@ def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+    if created and durable:
+        fsync_dir(os.path.dirname(path))  # the new file's name must survive too
 
 
 def _end_of_last_line(fd: int, size: int) -> int:
