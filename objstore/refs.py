@@ -186,7 +186,7 @@ class RefStore:
 
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
-        """Hold the striped lock of ``name``; the lock files stay open for the handle's life."""
+        """Hold the striped lock of ``name``; the last OPEN_STRIPES lock files stay open."""
         stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
         lock = self._stripes.pop(stripe, None)
         if lock is None:
