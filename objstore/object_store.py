@@ -19,31 +19,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 from . import objects
-from .errors import ObjectMissing
-from .files import FileLock, atomic_write
+from .errors import CorruptObject, ObjectMissing
+from .files import FileLock, atomic_write, fsync_dir
 from .packs import MAX_PACK_BYTES, OpenPack, PackWriter, Replay, SealedPack
+from .repack import packs_to_merge
 
 
 class ObjectStore:
     """Objects of one store. ``replay`` restores refs from the ref updates of a
-    pack left by a crash (see packs.py); ``recovery_lock`` serialises that
+    pack left by a crash (see packs.py); ``locks/recovery`` serialises that
     recovery with the first look of every new handle, so no handle reads a ref
     while another is still restoring it."""
 
-    def __init__(self, root: Path, tmp_dir: Path, replay: Replay, recovery_lock: FileLock) -> None:
+    def __init__(self, root: Path, tmp_dir: Path, replay: Replay, locks_dir: Path) -> None:
         self.root = root
         self._root = os.fspath(root)
         self.pack_dir = root / "pack"
         self._tmp_dir = tmp_dir
         self._replay = replay
-        self._recovery_lock = recovery_lock
+        self._recovery_lock = FileLock(locks_dir / "recovery")
+        self._repack_lock = locks_dir / "repack"
         self._sealed: dict[str, SealedPack] = {}
         self._open: dict[str, OpenPack] = {}
         self._writer: PackWriter | None = None
-        with recovery_lock:
+        with self._recovery_lock:
             self._refresh()
 
     # -- discovery -----------------------------------------------------------
@@ -59,6 +62,8 @@ class ObjectStore:
         except FileNotFoundError:
             return
         own = self._writer.path.name if self._writer else None
+        for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
+            self._sealed.pop(stem).close()  # merged into a pack this listing holds
         for name in names:
             if not name.endswith(".pack") or name == own:
                 continue
@@ -70,7 +75,8 @@ class ObjectStore:
                 opened = self._open.pop(stem, None)
                 if opened:
                     opened.close()
-                self._sealed[stem] = SealedPack(path)
+                with suppress(FileNotFoundError):  # merged away by a repack just now
+                    self._sealed[stem] = SealedPack(path)
                 continue
             pack = self._open.get(stem)
             if pack is None:
@@ -205,10 +211,53 @@ class ObjectStore:
         self._writer = None
         self._sealed[w.name] = SealedPack(w.path)
 
+    def repack(self) -> int:
+        """Merge small sealed packs into one if there are too many (repack.py); return how
+        many were merged. Skips if another process is repacking."""
+        lock = FileLock(self._repack_lock)
+        if not lock.acquire(blocking=False):
+            return 0
+        try:
+            self.refresh()
+            packs = list(self._sealed.values())
+            chosen = [packs[i] for i in packs_to_merge([p.size for p in packs])]
+            if not chosen:
+                return 0
+            merged = PackWriter(self.pack_dir, self._tmp_dir)
+            copied: set[str] = set()
+            damaged: dict[str, bytes] = {}
+            for pack in chosen:
+                for oid, loc in pack.locations():
+                    if oid in copied:
+                        continue
+                    stored = pack.read(loc)
+                    try:
+                        objects.decode(oid, stored)
+                    except CorruptObject:
+                        damaged.setdefault(oid, stored)  # unless a good copy turns up
+                        continue
+                    merged.add([(oid, stored)])
+                    copied.add(oid)
+            # A damaged object with no good copy is kept as it is, for fsck to report.
+            merged.add((oid, stored) for oid, stored in damaged.items() if oid not in copied)
+            merged.seal()
+            self._sealed[merged.name] = SealedPack(merged.path)
+            for pack in chosen:
+                # The pack first, then its index: an index alone is ignored, while a
+                # pack alone would look like a crashed writer's and be recovered.
+                pack.path.unlink()
+                pack.path.with_suffix(".idx").unlink()
+                self._sealed.pop(pack.path.stem).close()
+            fsync_dir(self.pack_dir)
+            return len(chosen)
+        finally:
+            lock.release()
+
     def close(self) -> None:
-        """Seal this handle's pack and let go of every file."""
+        """Seal this handle's pack, merge packs if there are too many, let go of every file."""
         if self._writer is not None:
             self._seal_writer(self._writer)
+            self.repack()
         for pack in self._open.values():
             pack.close()
         for sealed in self._sealed.values():

@@ -202,13 +202,20 @@ ENTRIES_AT: Final = IDX_HEAD.size + IDX_FANOUT.size
 
 
 class SealedPack:
-    """A pack with an index, mapped into memory. A lookup reads the fanout to
-    find the few entries that share the id's first byte and searches them
-    with one ``find``."""
+    """A pack with an index, both mapped into memory. A lookup reads the fanout
+    to find the few entries that share the id's first byte and searches them
+    with one ``find``. The mappings stay valid after a repack deletes the
+    files, so a reader never loses an object it has found."""
 
     def __init__(self, pack_path: Path) -> None:
         self.path = pack_path
         idx_path = pack_path.with_suffix(".idx")
+        fd = _open_pack(pack_path)  # first: a pack whose index exists may have been repacked
+        try:
+            self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            self.size = len(self._data)
+        finally:
+            os.close(fd)
         with open(idx_path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < ENTRIES_AT + 32:
@@ -220,7 +227,6 @@ class SealedPack:
         if size != ENTRIES_AT + self.count * IDX_ENTRY.size + 32:
             raise StoreFormatError(f"pack index {idx_path} has the wrong length")
         self._fanout = (0, *IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size))
-        self._data: mmap.mmap | None = None  # mapped on first read: a store may hold many packs
 
     def _entry_range(self, first_byte: int) -> tuple[int, int]:
         """Byte offsets in the index of the entries whose id starts with ``first_byte``."""
@@ -251,18 +257,16 @@ class SealedPack:
             yield self._map[at : at + 32].hex()
 
     def read(self, loc: Location) -> bytes:
-        if self._data is None:
-            fd = _open_pack(self.path)
-            try:
-                self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
         return self._data[loc[0] : loc[0] + loc[1]]
 
+    def locations(self) -> Iterator[tuple[str, Location]]:
+        """Every indexed object and where its stored form is."""
+        for at in range(ENTRIES_AT, ENTRIES_AT + self.count * IDX_ENTRY.size, IDX_ENTRY.size):
+            raw, off, length = IDX_ENTRY.unpack_from(self._map, at)
+            yield raw.hex(), (off, length)
+
     def close(self) -> None:
-        if self._data is not None:
-            self._data.close()
-            self._data = None
+        self._data.close()
         self._map.close()
 
 

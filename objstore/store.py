@@ -32,7 +32,7 @@ from .errors import (
     StoreFormatError,
     UnknownSpec,
 )
-from .files import FileLock, atomic_write
+from .files import atomic_write
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore
@@ -142,9 +142,7 @@ class Store:
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
-        self.objects = ObjectStore(
-            path / "objects", self.tmp_dir, self.refs.replay, FileLock(path / "locks" / "recovery")
-        )
+        self.objects = ObjectStore(path / "objects", self.tmp_dir, self.refs.replay, path / "locks")
         self._resolver = Resolver(self.refs, self.objects, self.node)
         self._writers: dict[str, WriterLock] = {}
         self._tips: dict[str, _Tip] = {}  # per session this handle writes

@@ -1,0 +1,90 @@
+"""Packs do not pile up: small ones are merged, and nothing is lost doing it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from objstore import Store
+from objstore.repack import MAX_PACKS, packs_to_merge
+
+
+def pack_names(path: Path) -> set[str]:
+    return {p.name for p in (path / "objects" / "pack").glob("*.pack")}
+
+
+def test_policy_merges_small_packs_and_leaves_big_ones():
+    assert packs_to_merge([10] * MAX_PACKS) == []
+    small_then_big = [1] * MAX_PACKS + [1000]
+    assert sorted(packs_to_merge(small_then_big)) == list(range(MAX_PACKS))
+    growing = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert len(packs_to_merge(growing)) >= 2  # always makes progress when over the limit
+
+
+def test_many_writers_leave_few_packs_and_every_message(tmp_path):
+    path = tmp_path / "store"
+    sessions = []
+    for run in range(30):  # thirty processes' worth of handles, each writing its own pack
+        with Store.open(path) as s:
+            sid = s.new_session(title=f"run {run}")
+            for i in range(5):
+                s.append(sid, {"role": "user", "content": f"run {run} message {i}"})
+            s.append(sid, {"role": "user", "content": "the same words every run"})
+            sessions.append(sid)
+        assert len(pack_names(path)) <= MAX_PACKS + 1
+    with Store.open(path) as s:
+        for run, sid in enumerate(sessions):
+            context = s.context(sid)
+            assert [m["content"] for m in context[:5]] == [
+                f"run {run} message {i}" for i in range(5)
+            ]
+        ids = list(s.objects.ids())
+        for oid in ids:
+            s.objects.get(oid)
+        assert len(ids) == len(set(ids))  # merged packs hold each object once
+    assert not list((path / "tmp").iterdir())
+
+
+def test_a_reader_keeps_reading_while_another_process_repacks(tmp_path):
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": "first"})
+    reader = Store.open(path)
+    before = reader.context(sid)  # the reader has the first pack mapped
+    code = (
+        "import sys\nfrom objstore import Store\n"
+        "for i in range(12):\n"
+        "    with Store.open(sys.argv[1]) as s:\n"
+        "        s.append(sys.argv[2], {'role': 'user', 'content': str(i)})\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path), sid], check=True, timeout=120)
+    assert len(pack_names(path)) <= MAX_PACKS + 1
+    assert reader.context(f"{sid}~12") == before  # old objects, through old mappings
+    assert [m["content"] for m in reader.context(sid)][-1] == "11"  # new ones, found anew
+    reader.close()
+
+
+def test_a_damaged_object_is_kept_through_a_repack(tmp_path):
+    from objstore import CorruptObject, objects
+
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": "will be damaged " * 20})
+        blob = s.node(s.resolve(sid)).content
+        _, stored = objects.encode("blob", s.objects.get(blob)[1])
+    pack = next((path / "objects" / "pack").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    at = data.find(stored)
+    data[at + len(stored) // 2] ^= 0x01
+    pack.write_bytes(bytes(data))
+    for i in range(MAX_PACKS + 1):
+        with Store.open(path) as s:
+            s.append(s.new_session(), {"role": "user", "content": str(i)})
+    assert pack.name not in pack_names(path)  # the damaged pack was merged away
+    with Store.open(path) as s, pytest.raises(CorruptObject, match=blob):
+        s.objects.get(blob)  # still there, still reported: not dropped, not hidden
