@@ -32,7 +32,7 @@ from . import canonical
 from .errors import CorruptObject
 
 NodeType = Literal["message", "compaction"]
-SPAN_EVERY: Final = 64
+SPAN_EVERY: Final = 16
 
 
 @dataclass(frozen=True, slots=True)
