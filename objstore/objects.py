@@ -26,6 +26,7 @@ KINDS: Final = frozenset({"blob", "node"})
 ID_HEX_LEN: Final = 64
 ID_RE: Final = re.compile(r"[0-9a-f]{64}")
 FORMAT_ZSTD: Final = 0x01
+_FORMAT_ZSTD_BYTE: Final = bytes((FORMAT_ZSTD,))
 ZSTD_LEVEL: Final = 3
 
 _compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
@@ -52,18 +53,17 @@ def encode(kind: str, body: bytes) -> tuple[str, bytes]:
 
 def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:
     """Return ``(kind, body)`` of a stored object, verified against its id."""
-    if not stored:
-        raise CorruptObject(oid, "it is empty")
-    if stored[0] != FORMAT_ZSTD:
-        raise CorruptObject(oid, f"unknown format byte 0x{stored[0]:02x}")
+    if stored[:1] != _FORMAT_ZSTD_BYTE:
+        why = f"unknown format byte 0x{stored[0]:02x}" if stored else "it is empty"
+        raise CorruptObject(oid, why)
     try:
-        content = _decompressor.decompress(memoryview(stored)[1:])
+        content = _decompressor.decompress(stored[1:])
     except zstandard.ZstdError as e:
         raise CorruptObject(oid, f"zstd: {e}") from None
     if blake3.blake3(content).hexdigest() != oid:
         raise CorruptObject(oid, "its content does not hash to its id")
-    cut = content.find(b"\0", 0, 16)
-    text = content[:cut].decode("ascii", "replace") if cut > 0 else ""
+    kind, _, body = content.partition(b"\0")
+    text = kind.decode("ascii", "replace")
     if text not in kinds:
         raise CorruptObject(oid, f"unknown kind {text!r}")
-    return text, content[cut + 1 :]
+    return text, body
