@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import store_with_damaged_message
 
-from objstore import Store
+from objstore import CorruptObject, Store
 from objstore.repack import MAX_PACKS, packs_to_merge
 
 
@@ -69,19 +70,8 @@ def test_a_reader_keeps_reading_while_another_process_repacks(tmp_path):
 
 
 def test_a_damaged_object_is_kept_through_a_repack(tmp_path):
-    from objstore import CorruptObject, objects
-
     path = tmp_path / "store"
-    with Store.open(path) as s:
-        sid = s.new_session()
-        s.append(sid, {"role": "user", "content": "will be damaged " * 20})
-        blob = s.node(s.resolve(sid)).content
-        _, stored = objects.encode("blob", s.objects.get(blob)[1])
-    pack = next((path / "objects" / "pack").glob("*.pack"))
-    data = bytearray(pack.read_bytes())
-    at = data.find(stored)
-    data[at + len(stored) // 2] ^= 0x01
-    pack.write_bytes(bytes(data))
+    _, blob, pack = store_with_damaged_message(path, "will be damaged " * 20)
     for i in range(MAX_PACKS + 1):
         with Store.open(path) as s:
             s.append(s.new_session(), {"role": "user", "content": str(i)})

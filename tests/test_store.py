@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import store_with_damaged_message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,6 @@ from objstore import (
     Store,
     StoreFormatError,
     UnknownSpec,
-    objects,
 )
 
 
@@ -396,17 +396,7 @@ def test_batch_writes_everything_at_the_end(tmp_path):
 
 def test_a_corrupt_object_is_reported_by_id(tmp_path):
     path = tmp_path / "store"
-    with Store.open(path) as s:
-        sid = s.new_session()
-        s.append(sid, {"role": "user", "content": "precious " * 40})
-        message_id = s.node(s.resolve(sid)).content
-        _, stored = objects.encode("blob", s.objects.get(message_id)[1])
-    pack = next((path / "objects" / "pack").glob("*.pack"))
-    data = bytearray(pack.read_bytes())
-    at = data.find(stored)
-    assert at > 0
-    data[at + len(stored) // 2] ^= 0x01  # one bit, in the middle of the message's record
-    pack.write_bytes(bytes(data))
+    sid, message_id, _ = store_with_damaged_message(path, "precious " * 40)
     with Store.open(path) as s, pytest.raises(CorruptObject) as err:
         s.context(sid)
     assert message_id in str(err.value)

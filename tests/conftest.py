@@ -1,0 +1,26 @@
+"""Helpers shared by the test files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from objstore import Store, objects
+
+
+def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
+    """A store with one session of one message whose stored form has one bit flipped.
+
+    Returns (session id, message blob id, the pack holding it).
+    """
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": text})
+        blob = s.node(s.resolve(sid)).content
+        _, stored = objects.encode("blob", s.objects.get(blob)[1])
+    pack = next((path / "objects" / "pack").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    at = data.find(stored)
+    assert at > 0
+    data[at + len(stored) // 2] ^= 0x01  # one bit, in the middle of the message's record
+    pack.write_bytes(bytes(data))
+    return sid, blob, pack
