@@ -17,16 +17,33 @@ against the id.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
+from typing import Final
 
 from . import objects
 from .errors import CorruptObject, ObjectMissing
 from .files import FileLock, atomic_write, fsync_dir
 from .packs import MAX_PACK_BYTES, OpenPack, PackWriter, Replay, SealedPack
 from .repack import packs_to_merge
+
+LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
+
+
+def _locked(path: str) -> bool:
+    """Whether another process holds an flock on ``path`` (a pack being created)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class ObjectStore:
@@ -213,34 +230,19 @@ class ObjectStore:
 
     def repack(self) -> int:
         """Merge small sealed packs into one if there are too many (repack.py); return how
-        many were merged. Skips if another process is repacking."""
+        many were merged. Skips if another process is repacking. Also removes what
+        crashed repacks and writers left behind (orphan indexes, old temporary files)."""
         lock = FileLock(self._repack_lock)
         if not lock.acquire(blocking=False):
             return 0
         try:
             self.refresh()
+            self._remove_leftovers()
             packs = list(self._sealed.values())
             chosen = [packs[i] for i in packs_to_merge([p.size for p in packs])]
             if not chosen:
                 return 0
-            merged = PackWriter(self.pack_dir, self._tmp_dir)
-            copied: set[str] = set()
-            damaged: dict[str, bytes] = {}
-            for pack in chosen:
-                for oid, loc in pack.locations():
-                    if oid in copied:
-                        continue
-                    stored = pack.read(loc)
-                    try:
-                        objects.decode(oid, stored)
-                    except CorruptObject:
-                        damaged.setdefault(oid, stored)  # unless a good copy turns up
-                        continue
-                    merged.add([(oid, stored)])
-                    copied.add(oid)
-            # A damaged object with no good copy is kept as it is, for fsck to report.
-            merged.add((oid, stored) for oid, stored in damaged.items() if oid not in copied)
-            merged.seal()
+            merged = self._merge(chosen)
             self._sealed[merged.name] = SealedPack(merged.path)
             for pack in chosen:
                 # The pack first, then its index: an index alone is ignored, while a
@@ -252,6 +254,47 @@ class ObjectStore:
             return len(chosen)
         finally:
             lock.release()
+
+    def _merge(self, packs: list[SealedPack]) -> PackWriter:
+        """One new sealed pack holding every object of ``packs`` once, a good copy if any."""
+        merged = PackWriter(self.pack_dir, self._tmp_dir)
+        copied: set[str] = set()
+        damaged: dict[str, bytes] = {}
+        batch: list[tuple[str, bytes]] = []
+        for pack in packs:
+            for oid, loc in pack.locations():
+                if oid in copied:
+                    continue
+                stored = pack.read(loc)
+                try:
+                    objects.decode(oid, stored)
+                except CorruptObject:
+                    damaged.setdefault(oid, stored)  # unless a good copy turns up
+                    continue
+                batch.append((oid, stored))
+                copied.add(oid)
+                if len(batch) >= 1024:
+                    merged.add(batch)
+                    batch = []
+        # A damaged object with no good copy is kept as it is, for fsck to report.
+        batch += [(oid, stored) for oid, stored in damaged.items() if oid not in copied]
+        merged.add(batch)
+        merged.seal()
+        return merged
+
+    def _remove_leftovers(self) -> None:
+        """Indexes whose pack is gone (a repack died between its two unlinks) and
+        temporary files older than an hour (a writer died before renaming them)."""
+        names = set(os.listdir(self.pack_dir))
+        for name in names:
+            if name.endswith(".idx") and f"{name[: -len('.idx')]}.pack" not in names:
+                with suppress(FileNotFoundError):
+                    (self.pack_dir / name).unlink()
+        cutoff = time.time() - LEFTOVER_AGE
+        for entry in os.scandir(self._tmp_dir):
+            with suppress(FileNotFoundError):
+                if entry.stat().st_mtime < cutoff and not _locked(entry.path):
+                    os.unlink(entry.path)
 
     def close(self) -> None:
         """Seal this handle's pack, merge packs if there are too many, let go of every file."""

@@ -78,3 +78,26 @@ def test_a_damaged_object_is_kept_through_a_repack(tmp_path):
     assert pack.name not in pack_names(path)  # the damaged pack was merged away
     with Store.open(path) as s, pytest.raises(CorruptObject, match=blob):
         s.objects.get(blob)  # still there, still reported: not dropped, not hidden
+
+
+def test_leftovers_of_crashes_are_removed_and_fresh_files_kept(tmp_path):
+    import os
+    import time
+
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        s.append(s.new_session(), {"role": "user", "content": "x"})
+    pack_dir = path / "objects" / "pack"
+    orphan = pack_dir / "pack-0123456789abcdef0123456789abcdef.idx"
+    orphan.write_bytes(b"left by a repack that died between its two unlinks")
+    old_tmp, fresh_tmp = path / "tmp" / "4242-0000000000000000", path / "tmp" / "4243-1"
+    old_tmp.write_bytes(b"a ref file a writer never renamed")
+    fresh_tmp.write_bytes(b"a ref file being written right now")
+    hours_ago = time.time() - 7200
+    os.utime(old_tmp, (hours_ago, hours_ago))
+    with Store.open(path) as s:
+        s.objects.repack()
+        assert not orphan.exists()
+        assert not old_tmp.exists()
+        assert fresh_tmp.exists()
+        assert len(list(pack_dir.glob("*.idx"))) == len(list(pack_dir.glob("*.pack"))) == 1
