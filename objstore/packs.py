@@ -126,17 +126,26 @@ class PackWriter:
         self._unsynced_refs: set[str] = set()  # files to sync before sealing
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
+        """Append records in one write; all of them, or (on an error such as a full
+        disk) none: the pack is cut back and the index learns nothing."""
         parts: list[bytes] = []
+        added: dict[str, Location] = {}
         offset = self.size
         for rtype, raw_id, payload in records:
             parts.append(RECORD_HEAD.pack(rtype, raw_id, len(payload)))
             parts.append(payload)
             if rtype == TYPE_OBJECT:
-                self.index[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
+                added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
             offset += RECORD_HEAD.size + len(payload)
         view = memoryview(b"".join(parts))
-        while view:
-            view = view[os.write(self._fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except BaseException:
+            os.ftruncate(self._fd, self.size)
+            os.lseek(self._fd, self.size, os.SEEK_SET)
+            raise
+        self.index.update(added)
         self.size = offset
         self.dirty = True
 

@@ -603,3 +603,27 @@ def test_context_with_spans_matches_the_definition(tmp_path, monkeypatch, seed):
     spans = sum(1 for sid in sessions for e in s.log(sid) if e.node.span is not None)
     assert spans > 10  # the walk above really went through spans
     s.close()
+
+
+def test_a_failed_pack_write_leaves_nothing_half_written(store, monkeypatch):
+    import objstore.packs
+
+    sid = store.new_session()
+    store.append(sid, {"role": "user", "content": "before"})
+    real_write = os.write
+    calls = {"n": 0}
+
+    def disk_full_after_some_bytes(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_write(fd, bytes(data)[:7])  # a short write, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objstore.packs.os, "write", disk_full_after_some_bytes)
+    with pytest.raises(OSError):
+        store.append(sid, {"role": "user", "content": "lost to a full disk"})
+    monkeypatch.undo()
+    store.append(sid, {"role": "user", "content": "after"})
+    assert [m["content"] for m in store.context(sid)] == ["before", "after"]
+    for oid in store.objects.ids():
+        store.objects.get(oid)
