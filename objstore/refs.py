@@ -25,9 +25,9 @@ Every update goes through ``RefStore.transact``, the one way to change a ref:
 Readers take no lock: they see the old file or the new one, never a mix.
 
 A *journaled* update (an append: ``transact(..., journal=...)``) makes steps
-3-5 cheap: under the same lock it first records the update in the writer's
-pack, whose one fsync also covers the objects the update points at; the ref
-file and reflog line are then written and renamed without syncs. The pack
+3-5 cheap: the new file and the reflog line are written without syncs, then
+the update is recorded in the writer's pack, whose one fsync also covers the
+objects the update points at, and only then is the file renamed. The pack
 record restores the ref if power is lost before the file reaches the disk
 (``replay``), and the writer syncs the files before it seals the pack. One
 fsync per append instead of four, and the same compare-and-swap.
@@ -238,16 +238,21 @@ class RefStore:
                 st.record = record
                 st.entries += entries
             elif journal is not None and entries:
-                payload = canonical.dumps(
-                    {
-                        "body": record.body if record else None,
-                        "log": entries[0].as_dict(),
-                        "ref": name,
-                    }
-                )
-                journal.journal_ref_update(payload, [self.path(name), self.log_path(name)])
-                journal.sync()
-                self._commit(name, self._write_file(record, durable=False), entries, durable=False)
+                update = {
+                    "body": record.body if record else None,
+                    "log": entries[0].as_dict(),
+                    "ref": name,
+                }
+
+                def journal_it() -> None:
+                    # Last before the rename: an update that failed on the way (a full
+                    # disk) leaves no durable record for recovery to replay.
+                    files_to_sync = [self.path(name), self.log_path(name)]
+                    journal.journal_ref_update(canonical.dumps(update), files_to_sync)
+                    journal.sync()
+
+                tmp = self._write_file(record, durable=False)
+                self._commit(name, tmp, entries, durable=False, before_install=journal_it)
             else:
                 self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
@@ -269,6 +274,7 @@ class RefStore:
         entries: list[ReflogEntry],
         *,
         durable: bool,
+        before_install: Callable[[], None] | None = None,
     ) -> None:
         """Steps 4-5, with the lock held: log the update, then put the new file in place."""
         path = self.path(name)
@@ -277,6 +283,8 @@ class RefStore:
                 files.append_line(
                     self.log_path(name), b"".join(e.line() for e in entries), durable=durable
                 )
+            if before_install is not None:
+                before_install()
         except BaseException:
             if tmp is not None:
                 os.unlink(tmp)
