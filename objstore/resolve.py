@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,9 +82,12 @@ class Resolver:
         if base.startswith("sessions/") and SESSION_ID_RE.fullmatch(base[9:]):
             return base  # a full id: its reflog outlives a deleted session
         session, _node = self._base(parsed, root)
-        if session is None:
-            raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
-        return session_ref(session)
+        if session is not None:
+            return session_ref(session)
+        with suppress(AgsError):
+            if self._refs.read(f"tags/{check_tag_name(base)}") is not None:
+                return f"tags/{base}"
+        raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
 
     def head_root(self, root: RootPath) -> str:
         """The nearest directory, from ``root`` up, that has a HEAD."""

@@ -370,6 +370,11 @@ def test_tags_do_not_move_unless_forced(store):
         store.tag("v1", n2)
     store.tag("v1", n2, force=True)
     assert store.tags() == {"v1": n2}
+    assert store.resolve("v1@{1}") == n1  # a forced move is in the tag's reflog
+    store.delete_tag("v1")
+    assert store.tags() == {}
+    with pytest.raises(UnknownSpec):
+        store.delete_tag("v1")
 
 
 def test_batch_writes_everything_at_the_end(tmp_path):
