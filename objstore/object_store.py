@@ -195,9 +195,10 @@ class ObjectStore:
 
     def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
         """Store an object; return its id. See the module doc for where and how durably."""
-        oid, stored = objects.encode(kind, body)
+        oid = objects.object_id(kind, body)
         if self.has(oid):
-            return oid
+            return oid  # compressed only if new
+        stored = objects.stored_form(kind, body)
         if pack:
             self._pack_writer().add([(oid, stored)])
         else:

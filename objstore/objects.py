@@ -44,11 +44,14 @@ def object_id(kind: str, body: bytes) -> str:
     return blake3.blake3(kind.encode("ascii") + b"\0" + body).hexdigest()
 
 
+def stored_form(kind: str, body: bytes) -> bytes:
+    """The bytes a loose file or pack record holds for an object."""
+    return _FORMAT_ZSTD_BYTE + _compressor.compress(kind.encode("ascii") + b"\0" + body)
+
+
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
     """Return ``(id, stored form)`` of an object."""
-    content = kind.encode("ascii") + b"\0" + body
-    oid = blake3.blake3(content).hexdigest()
-    return oid, bytes((FORMAT_ZSTD,)) + _compressor.compress(content)
+    return object_id(kind, body), stored_form(kind, body)
 
 
 def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:

@@ -20,8 +20,8 @@ from typing import Final
 from .errors import SpecError
 
 _SUFFIX: Final = re.compile(r"@\{(\d+)\}|~(\d*)")
-HEX_PREFIX: Final = re.compile(r"[0-9a-f]{4,64}")
 MIN_PREFIX: Final = 4
+HEX_PREFIX: Final = re.compile(rf"[0-9a-f]{{{MIN_PREFIX},64}}")
 
 
 @dataclass(frozen=True, slots=True)

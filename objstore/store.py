@@ -233,6 +233,19 @@ class Store:
     ) -> str:
         """Create an empty session; return its id."""
         _check_title(title)
+        root_path = project_root(root) if root is not None else None
+        return self._create_session(None, title, root_path, model, None, 0)
+
+    def _create_session(
+        self,
+        head: str | None,
+        title: str | None,
+        root: str | None,
+        model: str | None,
+        forked_from: dict[str, str | None] | None,
+        messages: int,
+    ) -> str:
+        """Write the ref of a new session (one file); return its id."""
         sid = _new_session_id()
         now = now_iso()
         meta = {
@@ -240,16 +253,16 @@ class Store:
             "created": now,
             "updated": now,
             "archived_at": None,
-            "root": project_root(root) if root is not None else None,
-            "forked_from": None,
+            "root": root,
+            "forked_from": forked_from,
             "model": model,
-            "messages": 0,
+            "messages": messages,
         }
 
         def create(current: RefRecord | None) -> Body:
             if current is not None:
                 raise RefConflict(f"session {sid} already exists")
-            return {"target": None, "meta": meta}
+            return {"target": head, "meta": meta}
 
         self.refs.transact(session_ref(sid), "create", create)
         return sid
@@ -305,6 +318,9 @@ class Store:
         """
         if self._batch_depth:
             sid = self.session_id(session)
+            tip = self._tips.get(sid)
+            if tip is not None:  # already checked in this batch
+                return sid, tip
             if sid not in self._writers:
                 probe = WriterLock(self.path / "locks", sid)
                 probe.acquire()
@@ -501,26 +517,14 @@ class Store:
             count = source.messages
         else:
             count = self.node(target.node).messages
-        sid = _new_session_id()
-        now = now_iso()
-        meta = {
-            "title": title if title is not None else (source.title if source else None),
-            "created": now,
-            "updated": now,
-            "archived_at": None,
-            "root": source.root if source else None,
-            "forked_from": {"session": target.session, "node": target.node},
-            "model": source.model if source else None,
-            "messages": count,
-        }
-
-        def create(current: RefRecord | None) -> Body:
-            if current is not None:
-                raise RefConflict(f"session {sid} already exists")
-            return {"target": target.node, "meta": meta}
-
-        self.refs.transact(session_ref(sid), f"fork from {spec}", create)
-        return sid
+        return self._create_session(
+            target.node,
+            title if title is not None else (source.title if source else None),
+            source.root if source else None,
+            source.model if source else None,
+            {"session": target.session, "node": target.node},
+            count,
+        )
 
     def _update_meta(self, session: str, reason: str, **changes: Any) -> None:
         sid = self.session_id(session)

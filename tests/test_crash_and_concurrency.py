@@ -436,6 +436,26 @@ time.sleep(60)
 """
 
 
+def start_power_loss_writer(
+    tmp_path: Path, spawn: Spawn, title: str
+) -> tuple[Path, str, Path, Child]:
+    """A new session, and a child appending to it that snapshots its ref on the way."""
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session(title=title)
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    return path, sid, snap, spawn(POWER_LOSS_WRITER, path, sid, snap, SNAPSHOT_AT, APPENDS)
+
+
+def acked_then_killed(child: Child) -> list[str]:
+    """The node ids the child acknowledged; then SIGKILL, leaving its pack unsealed."""
+    acked = [child.line().split()[2] for _ in range(APPENDS)]
+    assert child.line() == "done"
+    child.kill()
+    return acked
+
+
 @pytest.mark.parametrize(
     "loss",
     [
@@ -450,15 +470,8 @@ time.sleep(60)
 def test_power_loss_restores_refs_and_reflog_from_the_pack(
     tmp_path: Path, spawn: Spawn, loss: str
 ) -> None:
-    path = tmp_path / "store"
-    with Store.open(path) as store:
-        sid = store.new_session(title="power")
-    snap = tmp_path / "snap"
-    snap.mkdir()
-    child = spawn(POWER_LOSS_WRITER, path, sid, snap, SNAPSHOT_AT, APPENDS)
-    acked = [child.line().split()[2] for _ in range(APPENDS)]
-    assert child.line() == "done"
-    child.kill()
+    path, sid, snap, child = start_power_loss_writer(tmp_path, spawn, "power")
+    acked = acked_then_killed(child)
     (crashed,) = unsealed_packs(path)
 
     ref_path = path / "refs" / "sessions" / sid
@@ -509,17 +522,10 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
 def test_power_loss_recovery_does_not_resurrect_a_deleted_session(
     tmp_path: Path, spawn: Spawn, deleter: str
 ) -> None:
-    path = tmp_path / "store"
-    with Store.open(path) as store:
-        sid = store.new_session(title="doomed")
-    snap = tmp_path / "snap"
-    snap.mkdir()
-    child = spawn(POWER_LOSS_WRITER, path, sid, snap, SNAPSHOT_AT, APPENDS)
+    path, sid, snap, child = start_power_loss_writer(tmp_path, spawn, "doomed")
     early = Store.open(path)  # sees the writer's pack as in use: it does not recover it
     try:
-        acked = [child.line().split()[2] for _ in range(APPENDS)]
-        assert child.line() == "done"
-        child.kill()
+        acked = acked_then_killed(child)
         (crashed,) = unsealed_packs(path)
         if deleter == "handle_opened_before_the_crash":
             early.delete(sid)
