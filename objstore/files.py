@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from contextlib import suppress
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
@@ -139,7 +140,8 @@ def sync_paths(files: Iterable[StrPath]) -> None:
         finally:
             os.close(fd)
     for d in dirs:
-        fsync_dir(d)
+        with suppress(FileNotFoundError):  # a log never written (a creation is not logged)
+            fsync_dir(d)
 
 
 class FileLock:

@@ -11,8 +11,11 @@ Where objects go:
   stream (and map one to one onto an object store's keys); a future gc will
   fold them into packs.
 
-Writing an object that already exists is a no-op. Every read is verified
-against the id.
+Writing an object that already exists is a no-op, unless the only copy is
+older than FRESHEN_AFTER: then it is written again into this handle's pack.
+That is what lets gc sweep old unreachable objects beside a writer: the
+writer never comes to depend on a copy gc may be deleting (see ``sweep``).
+Every read is verified against the id.
 """
 
 from __future__ import annotations
@@ -20,18 +23,30 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from . import objects
-from .errors import CorruptObject, ObjectMissing
+from .errors import CorruptObject, ObjectError, ObjectMissing
 from .files import FileLock, atomic_write, fsync_dir
-from .packs import MAX_PACK_BYTES, OpenPack, PackWriter, Replay, SealedPack
+from .packs import MAX_PACK_BYTES, RECORD_HEAD, OpenPack, PackWriter, Replay, SealedPack
 from .repack import packs_to_merge
 
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
+FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
+MIN_GRACE: Final = 2 * FRESHEN_AFTER
+RECORD_OVERHEAD: Final = RECORD_HEAD.size  # gc's grace must exceed it by more than any append takes
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    objects_swept: int  # distinct unreachable objects removed (or that would be)
+    bytes_freed: int
+    packs_rewritten: int
+    loose_packed: int
 
 
 def _locked(path: str) -> bool:
@@ -144,6 +159,19 @@ class ObjectStore:
                 raise ObjectMissing(oid)
         return objects.decode(oid, stored)
 
+    def body_size(self, oid: str) -> int:
+        """The uncompressed size of an object (0 if it cannot be read)."""
+        stored = self._stored(oid)
+        if stored is None:
+            return 0
+        size = objects.content_size(stored)
+        if size is None:
+            try:
+                return len(self.get(oid)[1])
+            except ObjectError:
+                return 0
+        return size - len("blob\0")  # every kind has four letters
+
     def has(self, oid: str) -> bool:
         """Whether this handle can see the object (without looking for new packs)."""
         return self._stored_location_known(oid) or os.path.exists(self.loose_path(oid))
@@ -154,6 +182,46 @@ class ObjectStore:
             or any(p.find(oid) for p in self._open.values())
             or any(p.find(oid) for p in self._sealed.values())
         )
+
+    def _fresh_copy(self, oid: str) -> bool:
+        """Whether a copy exists that gc will not sweep while a writer comes to need it:
+        in a pack being written, or sealed (or loose) less than FRESHEN_AFTER ago."""
+        w = self._writer
+        if (w is not None and oid in w.index) or any(p.find(oid) for p in self._open.values()):
+            return True
+        cutoff = time.time() - FRESHEN_AFTER
+        if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
+            return True
+        try:
+            return os.stat(self.loose_path(oid)).st_mtime >= cutoff
+        except FileNotFoundError:
+            return False
+
+    def stored_sizes(self) -> dict[str, int]:
+        """Every object this handle can see and the bytes its stored form takes."""
+        self.refresh()
+        sizes: dict[str, int] = {}
+        if self._writer is not None:
+            sizes.update((oid, loc[1]) for oid, loc in self._writer.index.items())
+        for pack in self._open.values():
+            sizes.update((oid, loc[1]) for oid, loc in pack.index.items())
+        for sealed in self._sealed.values():
+            sizes.update((oid, loc[1]) for oid, loc in sealed.locations())
+        for oid, path in self._loose_files():
+            with suppress(FileNotFoundError):
+                sizes.setdefault(oid, os.stat(path).st_size)
+        return sizes
+
+    def _loose_files(self) -> Iterator[tuple[str, str]]:
+        for sub in sorted(os.listdir(self.root)):
+            if len(sub) == 2:
+                for name in os.listdir(self.root / sub):
+                    if len(name) == 62:
+                        yield sub + name, f"{self._root}/{sub}/{name}"
+
+    def sealed_packs(self) -> list[SealedPack]:
+        self.refresh()
+        return list(self._sealed.values())
 
     def with_prefix(self, prefix: str) -> set[str]:
         """Every object id starting with ``prefix`` (lower-case hex, at least 2 digits)."""
@@ -185,18 +253,15 @@ class ObjectStore:
             yield from list(pack.index)
         for sealed in self._sealed.values():
             yield from sealed.ids()
-        for sub in sorted(os.listdir(self.root)):
-            if len(sub) == 2:
-                for name in os.listdir(self.root / sub):
-                    if len(name) == 62:
-                        yield sub + name
+        for oid, _path in self._loose_files():
+            yield oid
 
     # -- writing -------------------------------------------------------------
 
     def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
         """Store an object; return its id. See the module doc for where and how durably."""
         oid = objects.object_id(kind, body)
-        if self.has(oid):
+        if self._fresh_copy(oid):
             return oid  # compressed only if new
         stored = objects.stored_form(kind, body)
         if pack:
@@ -256,27 +321,104 @@ class ObjectStore:
         finally:
             lock.release()
 
-    def _merge(self, packs: list[SealedPack]) -> PackWriter:
-        """One new sealed pack holding every object of ``packs`` once, a good copy if any."""
+    def sweep(
+        self,
+        older_than: float,
+        mark: Callable[[], set[str]],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> SweepResult:
+        """Remove the objects ``mark()`` does not return from packs sealed (and loose
+        files written) before ``older_than``, a time; fold those loose files into a pack.
+
+        Why nothing a writer needs is lost, with ``older_than`` at least
+        MIN_GRACE ago: the packs to sweep are chosen *before* ``mark`` reads
+        the refs. An object a writer deduplicated against was in a copy
+        younger than FRESHEN_AFTER at that moment (``put``), so it is in none
+        of the chosen packs unless its write came before the choice, and so
+        before the mark saw the ref that the same append moved. Packs still
+        being written are never touched. ``progress(done, total)`` counts packs.
+        """
+        lock = FileLock(self._repack_lock)
+        lock.acquire()  # one gc or repack at a time
+        try:
+            self.refresh()
+            self._remove_leftovers()
+            chosen = [p for p in self._sealed.values() if p.sealed_at < older_than]
+            loose = []
+            for oid, path in self._loose_files():
+                with suppress(FileNotFoundError):
+                    st = os.stat(path)
+                    if st.st_mtime < older_than:
+                        loose.append((oid, path, st.st_size))
+            keep = mark()
+            swept: set[str] = set()
+            freed = 0
+            for pack in chosen:
+                for oid, loc in pack.locations():
+                    if oid not in keep:
+                        swept.add(oid)
+                        freed += loc[1] + RECORD_OVERHEAD
+            swept.update(oid for oid, _p, _s in loose if oid not in keep)
+            freed += sum(size for oid, _p, size in loose if oid not in keep)
+            loose_kept = [(oid, path) for oid, path, _s in loose if oid in keep]
+            if dry_run or not (swept or loose_kept or len(chosen) > 1):
+                return SweepResult(len(swept), freed, 0, 0)
+            merged = self._merge(chosen, keep=keep, extra=loose_kept, progress=progress)
+            self._sealed[merged.name] = SealedPack(merged.path)
+            for pack in chosen:
+                pack.path.unlink()
+                pack.path.with_suffix(".idx").unlink()
+                self._sealed.pop(pack.path.stem).close()
+            fsync_dir(self.pack_dir)
+            for _oid, path, _s in loose:
+                with suppress(FileNotFoundError):
+                    os.unlink(path)
+            # Report what the disk got back, not the estimate: the merge also dedups.
+            freed = sum(p.size for p in chosen) + sum(s for *_x, s in loose) - merged.size
+            return SweepResult(len(swept), max(freed, 0), len(chosen), len(loose_kept))
+        finally:
+            lock.release()
+
+    def _merge(
+        self,
+        packs: list[SealedPack],
+        *,
+        keep: set[str] | None = None,
+        extra: list[tuple[str, str]] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> PackWriter:
+        """One new sealed pack holding every object of ``packs`` (and the loose files
+        ``extra``) once, a good copy if any; with ``keep``, only the objects in it."""
         merged = PackWriter(self.pack_dir, self._tmp_dir)
         copied: set[str] = set()
         damaged: dict[str, bytes] = {}
         batch: list[tuple[str, bytes]] = []
-        for pack in packs:
-            for oid, loc in pack.locations():
-                if oid in copied:
-                    continue
-                stored = pack.read(loc)
-                try:
-                    objects.decode(oid, stored)
-                except CorruptObject:
-                    damaged.setdefault(oid, stored)  # unless a good copy turns up
-                    continue
-                batch.append((oid, stored))
-                copied.add(oid)
-                if len(batch) >= 1024:
-                    merged.add(batch)
-                    batch = []
+
+        def stored_forms() -> Iterator[tuple[str, bytes]]:
+            for i, pack in enumerate(packs):
+                for oid, loc in pack.locations():
+                    yield oid, pack.read(loc)
+                if progress:
+                    progress(i + 1, len(packs))
+            for oid, path in extra or []:
+                with open(path, "rb") as f:
+                    yield oid, f.read()
+
+        for oid, stored in stored_forms():
+            if oid in copied or (keep is not None and oid not in keep):
+                continue
+            try:
+                objects.decode(oid, stored)
+            except CorruptObject:
+                damaged.setdefault(oid, stored)  # unless a good copy turns up
+                continue
+            batch.append((oid, stored))
+            copied.add(oid)
+            if len(batch) >= 1024:
+                merged.add(batch)
+                batch = []
         # A damaged object with no good copy is kept as it is, for fsck to report.
         batch += [(oid, stored) for oid, stored in damaged.items() if oid not in copied]
         merged.add(batch)

@@ -70,3 +70,15 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if text not in kinds:
         raise CorruptObject(oid, f"unknown kind {text!r}")
     return text, body
+
+
+def content_size(stored: bytes) -> int | None:
+    """The size of ``kind + NUL + body`` as the zstd frame header records it (None if
+    the header does not say), read without decompressing."""
+    if stored[:1] != _FORMAT_ZSTD_BYTE:
+        return None
+    try:
+        size = zstandard.frame_content_size(stored[1:])
+    except zstandard.ZstdError:
+        return None
+    return size if size >= 0 else None

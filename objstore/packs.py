@@ -223,10 +223,15 @@ class SealedPack:
         try:
             self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             self.size = len(self._data)
+            pack_mtime = os.fstat(fd).st_mtime
         finally:
             os.close(fd)
         with open(idx_path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            size = st.st_size
+            # When its objects last became reachable from new writes: a pack is never
+            # changed after sealing, and a recovered pack is sealed when recovered.
+            self.sealed_at = max(pack_mtime, st.st_mtime)
             if size < ENTRIES_AT + 32:
                 raise StoreFormatError(f"pack index {idx_path} is truncated")
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -273,6 +278,26 @@ class SealedPack:
         for at in range(ENTRIES_AT, ENTRIES_AT + self.count * IDX_ENTRY.size, IDX_ENTRY.size):
             raw, off, length = IDX_ENTRY.unpack_from(self._map, at)
             yield raw.hex(), (off, length)
+
+    def index_problems(self) -> list[str]:
+        """What is wrong with the index (checksum, order, bounds); [] when it is sound."""
+        problems = []
+        end = ENTRIES_AT + self.count * IDX_ENTRY.size
+        if blake3.blake3(self._map[:end]).digest() != self._map[end : end + 32]:
+            problems.append("index checksum does not match")
+        if self.pack_size > self.size:  # less is a torn tail left by a crash (5.2)
+            problems.append(f"index covers {self.pack_size} bytes, pack has {self.size}")
+        previous = b""
+        for at in range(ENTRIES_AT, end, IDX_ENTRY.size):
+            raw, off, length = IDX_ENTRY.unpack_from(self._map, at)
+            if raw <= previous:
+                problems.append(f"index entries out of order at {raw.hex()}")
+                break
+            if off + length > self.size:
+                problems.append(f"index entry {raw.hex()} points past the end of the pack")
+                break
+            previous = raw
+        return problems
 
     def close(self) -> None:
         self._data.close()

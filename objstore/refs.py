@@ -67,9 +67,13 @@ class Journal(Protocol):
     def sync(self) -> None: ...
 
 
-def now_iso() -> str:
-    t = time.time()
+def iso_time(t: float) -> str:
+    """The one time format of refs, reflogs and metadata: UTC, milliseconds; sorts as text."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def now_iso() -> str:
+    return iso_time(time.time())
 
 
 def check_session_id(session_id: str) -> str:
@@ -181,6 +185,39 @@ class RefStore:
         if self._staged is not None and name in self._staged:
             entries += self._staged[name].entries
         return entries
+
+    def log_names(self) -> Iterator[str]:
+        """The name of every ref that has a reflog file, deleted refs included."""
+        for dirpath, _dirs, filenames in os.walk(self._logs):
+            rel = os.path.relpath(dirpath, self._logs)
+            for fn in filenames:
+                name = f"{rel}/{fn}"
+                with suppress(InvalidName):
+                    yield check_ref_name(name)
+
+    def expire_reflog(self, name: str, cutoff: str, *, dry_run: bool = False) -> int:
+        """Drop the reflog entries of ``name`` older than ``cutoff`` (an ISO time);
+        return how many. A deleted ref whose last entry goes loses its log file."""
+        with self._lock(name):
+            path = self.log_path(name)
+            current = self._read_file(name)
+            entries = read_reflog(path, current.generation if current else None)
+            keep = [e for e in entries if e.time >= cutoff]
+            dropped = len(entries) - len(keep)
+            if dropped == 0 or dry_run:
+                return dropped
+            if keep or current is not None:
+                files.atomic_write(self._tmp_dir, path, b"".join(e.line() for e in keep))
+            else:
+                os.unlink(path)
+                files.fsync_dir(os.path.dirname(path))
+            return dropped
+
+    def delete_reflog(self, name: str) -> None:
+        """Remove a reflog file (gc, after it dropped the ref for good)."""
+        with self._lock(name), suppress(FileNotFoundError):
+            os.unlink(self.log_path(name))
+            files.fsync_dir(os.path.dirname(self.log_path(name)))
 
     # -- writing -------------------------------------------------------------
 

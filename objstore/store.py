@@ -94,7 +94,7 @@ class ReflogLine:
     reason: str
 
 
-def _new_session_id() -> str:
+def new_session_id() -> str:
     # Random, not time-ordered: a short prefix must tell sessions apart, as with Git's hashes.
     return secrets.token_hex(16)
 
@@ -246,7 +246,7 @@ class Store:
         messages: int,
     ) -> str:
         """Write the ref of a new session (one file); return its id."""
-        sid = _new_session_id()
+        sid = new_session_id()
         now = now_iso()
         meta = {
             "title": title,

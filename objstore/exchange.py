@@ -1,0 +1,278 @@
+"""Export a session as one self-contained JSON document, and import one back.
+
+The document (schema: ``export.schema.json``, also ``docs/export.schema.json``)
+holds the session's metadata, its head, and every object the head reaches,
+decoded, each with its id. It is readable without ags: an id is the BLAKE3 of
+``kind + NUL + canonical JSON of body``.
+
+Import trusts nothing in the file. It checks the schema, recomputes every id,
+parses every node, and checks every link before it writes anything; then it
+writes the objects (one sync) and the ref last. Importing the same file twice
+changes nothing the second time; importing a later export of the same session
+moves its head forward; a session that has diverged is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+from . import canonical, objects
+from .errors import AgsError, InvalidInput, ObjectError, RefConflict, SessionArchived
+from .nodes import Node, parse_node
+from .reach import node_links
+from .refs import RefRecord, now_iso
+from .resolve import session_ref
+from .store import Store, new_session_id
+
+EXPORT_FORMAT: Final = "ags-export"
+EXPORT_VERSION: Final = 1
+SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
+SESSION_FIELDS: Final = (
+    "id", "title", "created", "updated", "messages", "root", "model", "archived_at", "forked_from",
+)  # fmt: skip
+
+
+class BadExport(InvalidInput):
+    """An export document that cannot be imported; the message names the bad place."""
+
+
+@cache
+def export_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text("utf-8"))
+    return schema
+
+
+def export_session(store: Store, spec: str) -> dict[str, Any]:
+    """The export document of what ``spec`` names: a session (at its head) or a node."""
+    target = store.lookup(spec)
+    session = None
+    if target.session is not None:
+        info = store.session(target.session)
+        session = {
+            "id": info.id,
+            "title": info.title,
+            "created": info.created,
+            "updated": info.updated,
+            "messages": info.messages,
+            "root": info.root,
+            "model": info.model,
+            "archived_at": info.archived_at,
+            "forked_from": info.forked_from,
+        }
+        if target.node != info.head:  # a node inside the session: export it as a fork
+            head_messages = store.node(target.node).messages if target.node else 0
+            session = {**session, "messages": head_messages}
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "exported_at": now_iso(),
+        "head": target.node,
+        "session": session,
+        "objects": list(_objects_from(store, target.node)),
+    }
+
+
+def _objects_from(store: Store, head: str | None) -> Any:
+    """Every object ``head`` reaches, newest node first, each node's blobs after it."""
+    seen: set[str] = set()
+    stack = [head] if head else []
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node_kind, node_body = store.objects.get(nid)
+        yield {"id": nid, "kind": node_kind, "body": canonical.loads(node_body)}
+        later: list[str] = []
+        for link in node_links(store.node(nid)):
+            if link.target in seen:
+                continue
+            if link.kind == "blob":
+                seen.add(link.target)
+                kind, body = store.objects.get(link.target)
+                yield {"id": link.target, "kind": kind, "body": canonical.loads(body)}
+            elif link.field == "parent":
+                later.insert(0, link.target)  # popped last: the chain reads newest first
+            else:
+                later.append(link.target)
+        stack += later
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    session: str | None
+    head: str | None
+    objects: int  # objects in the document
+    action: str  # "created", "fast-forward", "unchanged"
+
+
+def parse_document(text: str | bytes) -> dict[str, Any]:
+    """The JSON document in ``text``, or an BadExport that says where it breaks."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        doc = json.loads(text, parse_constant=_no_constant)
+    except UnicodeDecodeError as e:
+        raise BadExport(f"not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        what = "truncated" if e.pos >= len(text.rstrip()) else "not valid JSON"
+        raise BadExport(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except ValueError as e:
+        raise BadExport(f"not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise BadExport("$: an export document is a JSON object")
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_document(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, bytes]], dict[str, Node]]:
+    """Verify a parsed document fully; return its objects by id and its nodes parsed."""
+    if doc.get("format") != EXPORT_FORMAT:
+        raise BadExport(f"$.format: not an ags export (expected {EXPORT_FORMAT!r})")
+    version = doc.get("version")
+    if type(version) is int and version > EXPORT_VERSION:
+        raise BadExport(
+            f"$.version: export version {version} is newer than this ags reads ({EXPORT_VERSION})"
+        )
+    _check_schema(doc)
+
+    by_id: dict[str, tuple[str, bytes]] = {}
+    where: dict[str, str] = {}
+    for i, obj in enumerate(doc["objects"]):
+        place = f"$.objects[{i}]"
+        try:
+            canonical.check_json(obj["body"], f"{place}.body")
+            body = canonical.dumps(obj["body"], f"{place}.body")
+        except AgsError as e:
+            raise BadExport(str(e)) from None
+        oid = objects.object_id(obj["kind"], body)
+        if oid != obj["id"]:
+            raise BadExport(
+                f"{place}: content does not match its id {obj['id']} (it hashes to {oid})"
+            )
+        by_id[oid] = (obj["kind"], body)
+        where.setdefault(oid, place)
+
+    nodes: dict[str, Node] = {}
+    for oid, (kind, body) in by_id.items():
+        if kind == "node":
+            try:
+                nodes[oid] = parse_node(oid, body)
+            except ObjectError as e:
+                raise BadExport(f"{where[oid]}: {e}") from None
+    for oid, node in nodes.items():
+        for link in node_links(node):
+            have = by_id.get(link.target)
+            if have is None:
+                raise BadExport(
+                    f"{where[oid]}.body.{link.field}: names {link.target}, which is not in the file"
+                )
+            if have[0] != link.kind:
+                raise BadExport(
+                    f"{where[oid]}.body.{link.field}: names a {have[0]}, not a {link.kind}"
+                )
+
+    head, session = doc["head"], doc["session"]
+    if head is not None and head not in nodes:
+        raise BadExport(f"$.head: names {head}, which is not a node in the file")
+    if session is not None:
+        count = nodes[head].messages if head else 0
+        if session["messages"] != count:
+            raise BadExport(f"$.session.messages: says {session['messages']}, head has {count}")
+    return by_id, nodes
+
+
+def _check_schema(doc: dict[str, Any]) -> None:
+    import jsonschema  # only import pays for it
+
+    validator = jsonschema.Draft202012Validator(export_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    if error is not None:
+        raise BadExport(f"{error.json_path}: {error.message}")
+
+
+def import_document(
+    store: Store, doc: dict[str, Any], *, new_session: bool = False
+) -> ImportResult:
+    """Check ``doc`` (see ``check_document``), then write its objects and its session ref.
+
+    With ``new_session`` (or when the document names no session), a new
+    session id is made; otherwise the exported id is kept.
+    """
+    by_id, nodes = check_document(doc)
+    head: str | None = doc["head"]
+    meta = dict(doc["session"] or {})
+    sid = meta.pop("id", None)
+    if new_session or sid is None:
+        sid = None
+    else:
+        _check_existing(store, sid, head, nodes)
+    with store.batch():
+        for oid, (kind, body) in by_id.items():
+            if store.objects.put(kind, body) != oid:  # cannot happen: checked above
+                raise BadExport(f"object {oid} changed while it was imported")
+        if sid is None:
+            sid = new_session_id()
+            meta.setdefault("created", now_iso())
+            meta.setdefault("updated", meta["created"])
+            meta.setdefault("messages", nodes[head].messages if head else 0)
+        action = _write_ref(store, sid, head, meta, nodes)
+    return ImportResult(sid, head, len(by_id), action)
+
+
+def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, Node]) -> None:
+    """Refuse, before anything is written, an import that could only conflict."""
+    rec = store.refs.read(session_ref(sid))
+    if rec is None or rec.target == head:
+        return
+    if rec.body.get("meta", {}).get("archived_at"):
+        raise SessionArchived(sid)
+    if not _descends(nodes, head, rec.target):
+        raise RefConflict(
+            f"session {sid} exists here with a different history (head {rec.target}); "
+            "import with --new-session to keep both"
+        )
+
+
+def _descends(nodes: dict[str, Node], head: str | None, ancestor: str | None) -> bool:
+    if ancestor is None:
+        return True
+    at = head
+    while at is not None:
+        if at == ancestor:
+            return True
+        at = nodes[at].parent if at in nodes else None
+    return False
+
+
+def _write_ref(
+    store: Store, sid: str, head: str | None, meta: dict[str, Any], nodes: dict[str, Node]
+) -> str:
+    outcome = "created"
+
+    def change(current: RefRecord | None) -> dict[str, Any]:
+        nonlocal outcome
+        if current is None:
+            full = {field: meta.get(field) for field in SESSION_FIELDS if field != "id"}
+            return {"target": head, "meta": full}
+        if current.target == head:
+            outcome = "unchanged"
+            return current.body
+        if not _descends(nodes, head, current.target):
+            raise RefConflict(f"session {sid} moved while it was being imported")
+        outcome = "fast-forward"
+        count = nodes[head].messages if head else 0
+        moved_meta = {**current.body.get("meta", {}), "messages": count, "updated": now_iso()}
+        return {**current.body, "target": head, "meta": moved_meta}
+
+    if store.refs.read(session_ref(sid)) is not None:
+        store.lock(sid)  # moving an existing session: no writer may be appending to it
+    store.refs.transact(session_ref(sid), "import", change)
+    return outcome

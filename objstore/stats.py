@@ -1,0 +1,135 @@
+"""Sizes and counts: what the store takes on disk, and what one session takes.
+
+Three sizes of an object: *stored* (its compressed stored form), *unique*
+(its uncompressed body, counted once however many sessions share it), and
+*logical* (counted once per session that reaches it: what a store keeping
+each session as its own file would hold). logical / unique is the dedup
+ratio; unique / stored the compression ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from .nodes import Node
+from .reach import reachable
+from .store import SessionInfo, Store
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUsage:
+    path: str
+    disk_bytes: int  # every file under the store directory
+    objects: int
+    packs: int
+    stored_bytes: int
+    unique_bytes: int
+    logical_bytes: int
+    sessions: int
+
+    @property
+    def dedup_ratio(self) -> float:
+        return self.logical_bytes / self.unique_bytes if self.unique_bytes else 1.0
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.unique_bytes / self.stored_bytes if self.stored_bytes else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUsage:
+    session: SessionInfo
+    nodes: int
+    compactions: int
+    roles: dict[str, int]
+    usage: dict[str, int]  # prompt_tokens, completion_tokens
+    objects: int
+    stored_bytes: int
+    unique_stored_bytes: int  # reached by no other session, tag or HEAD
+    shared_stored_bytes: int
+
+
+def store_usage(store: Store) -> StoreUsage:
+    sizes = store.objects.stored_sizes()
+    unique = {oid: store.objects.body_size(oid) for oid in sizes}
+    disk = 0
+    for dirpath, _dirs, files in os.walk(store.path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                disk += os.lstat(os.path.join(dirpath, name)).st_size
+    sessions = store.sessions(include_archived=True)
+    memo: dict[str, tuple[int, str | None]] = {}
+    logical = sum(_logical_bytes(store, s.head, unique, memo) for s in sessions)
+    packs = len(store.objects.sealed_packs())
+    return StoreUsage(
+        str(store.path),
+        disk,
+        len(sizes),
+        packs,
+        sum(sizes.values()),
+        sum(unique.values()),
+        logical,
+        len(sessions),
+    )
+
+
+def _logical_bytes(
+    store: Store,
+    head: str | None,
+    unique: dict[str, int],
+    memo: dict[str, tuple[int, str | None]],
+) -> int:
+    """The bytes a session's transcript would take as a file of its own: every node
+    and its message, and each new state, along the chain. ``memo`` carries the
+    total per node across sessions, so forks cost only their own nodes."""
+    chain: list[Node] = []
+    at = head
+    while at is not None and at not in memo:
+        node = store.node(at)
+        chain.append(node)
+        at = node.parent
+    total, state = memo[at] if at is not None else (0, None)
+    for node in reversed(chain):
+        total += unique.get(node.id, 0) + unique.get(node.content, 0)
+        if node.state is not None and node.state != state:
+            total += unique.get(node.state, 0)
+        state = node.state
+        memo[node.id] = (total, state)
+    return total
+
+
+def session_usage(store: Store, spec: str) -> SessionUsage:
+    info = store.session(spec)
+    mine = reachable([info.head] if info.head else [], store.node)
+    others_roots: set[str] = set()
+    for other in store.sessions(include_archived=True):
+        if other.id != info.id and other.head:
+            others_roots.add(other.head)
+    others_roots |= set(store.tags().values())
+    others = reachable(others_roots, store.node)
+    sizes = store.objects.stored_sizes()
+    roles: dict[str, int] = {}
+    nodes = compactions = 0
+    usage = {"prompt_tokens": 0, "completion_tokens": 0}
+    for entry in store.log(info.id) if info.head else []:
+        nodes += 1
+        if entry.node.is_compaction:
+            compactions += 1
+            continue
+        role = entry.message.get("role", "?") if isinstance(entry.message, dict) else "?"
+        roles[role] = roles.get(role, 0) + 1
+        node_usage = entry.node.meta.get("usage")
+        if isinstance(node_usage, dict):
+            for key in usage:
+                value = node_usage.get(key)
+                usage[key] += value if isinstance(value, int) else 0
+    state_usage = store.state(info.id).get("usage") if info.head else None
+    if isinstance(state_usage, dict):  # the agent's running total includes summary calls
+        usage = {k: int(state_usage.get(k, 0) or 0) for k in usage}
+    stored = sum(sizes.get(o, 0) for o in mine)
+    unique = sum(sizes.get(o, 0) for o in mine - others)
+    return SessionUsage(
+        info, nodes, compactions, roles, usage, len(mine), stored, unique, stored - unique
+    )
