@@ -119,7 +119,11 @@ def parse_document(text: str | bytes) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise BadExport(f"not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        what = "truncated" if e.pos >= len(text.rstrip()) else "not valid JSON"
+        body = text.strip()
+        if not body:
+            raise BadExport("the file is empty (truncated?)") from None
+        cut = body.startswith("{") and not body.endswith("}")
+        what = "truncated, not valid JSON" if cut else "not valid JSON"
         raise BadExport(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
     except ValueError as e:
         raise BadExport(f"not valid JSON: {e}") from None

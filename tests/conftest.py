@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from objstore import Store, objects
@@ -24,3 +25,16 @@ def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
     data[at + len(stored) // 2] ^= 0x01  # one bit, in the middle of the message's record
     pack.write_bytes(bytes(data))
     return sid, blob, pack
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (lock files excluded: they hold pids)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            p = Path(dirpath, fn)
+            rel = str(p.relative_to(root))
+            if rel.startswith("locks/"):
+                continue
+            out[rel] = p.read_bytes()
+    return out

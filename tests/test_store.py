@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import store_with_damaged_message
+from conftest import store_with_damaged_message, tree_snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,19 +31,6 @@ from objstore import (
 def store(tmp_path: Path):
     with Store.open(tmp_path / "store") as s:
         yield s
-
-
-def tree_snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes (lock files excluded: they hold pids)."""
-    out = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for fn in files:
-            p = Path(dirpath, fn)
-            rel = str(p.relative_to(root))
-            if rel.startswith("locks/"):
-                continue
-            out[rel] = p.read_bytes()
-    return out
 
 
 def message_objects(store: Store) -> set[str]:

@@ -1,0 +1,280 @@
+"""Commands that read history: log (and its fork graph), show, diff."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import click
+
+from objstore import LogEntry, SessionInfo, Store
+from objstore.diff import diff_sessions
+
+from .app import cli, open_store
+from .output import (
+    emit_json,
+    emit_lines,
+    first_line,
+    message_text,
+    relative_time,
+    short,
+    style,
+    tool_call_summary,
+    wrap,
+)
+
+ROLE_COLORS = {"user": "green", "assistant": "cyan", "tool": "magenta", "system": "blue"}
+
+
+def entry_json(entry: LogEntry) -> dict[str, Any]:
+    n = entry.node
+    out: dict[str, Any] = {
+        "node": n.id,
+        "type": n.type,
+        "parent": n.parent,
+        "messages": n.messages,
+        "meta": n.meta,
+        "message" if n.type == "message" else "summary": entry.message,
+    }
+    if n.is_compaction:
+        out["kept"] = list(n.kept)
+    return out
+
+
+def entry_lines(entry: LogEntry, *, oneline: bool) -> list[str]:
+    """One transcript entry for people: role, wrapped text, tool calls and results summarised."""
+    n, msg = entry.node, entry.message
+    role = msg.get("role", "?") if isinstance(msg, dict) else "?"
+    text = message_text(msg)
+    if n.is_compaction:
+        head = style("compaction", fg="red", bold=True)
+        if oneline:
+            return [f"{style(short(n.id), fg='yellow')} {head}: {first_line(text, 60)}"]
+        kept = f", kept {len(n.kept)} messages verbatim" if n.kept else ""
+        when = relative_time(n.meta.get("time"))
+        lines = [
+            f"{style(short(n.id), fg='yellow')} {head}  {when}  (earlier turns summarised{kept})"
+        ]
+        return lines + wrap(text)
+    calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+    label = style(role, fg=ROLE_COLORS.get(role), bold=True)
+    if role == "tool" and isinstance(msg, dict):
+        label += f" {msg.get('name') or msg.get('tool_name') or ''}".rstrip()
+    if oneline:
+        summary = first_line(text, 60)
+        if calls:
+            summary = (summary + " " if summary else "") + " ".join(
+                "-> " + tool_call_summary(c) for c in calls
+            )
+        return [f"{style(short(n.id), fg='yellow')} {label}: {summary}"]
+    lines = [f"{style(short(n.id), fg='yellow')} {label}  {relative_time(n.meta.get('time'))}"]
+    if role == "tool":
+        body = text.rstrip("\n").split("\n")
+        shown = body[:6]
+        lines += wrap("\n".join(shown))
+        if len(body) > len(shown):
+            lines.append(f"    ... ({len(body) - len(shown)} more lines; ags show {short(n.id)})")
+    elif text:
+        lines += wrap(text)
+    for call in calls or []:
+        lines.append("    " + style("-> " + tool_call_summary(call), fg="magenta"))
+    return lines
+
+
+@cli.command()
+@click.argument("spec", default="HEAD")
+@click.option("--oneline", is_flag=True, help="One line per message.")
+@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("--context", "context_only", is_flag=True,
+              help="Only what the model sees at SPEC (after compactions).")  # fmt: skip
+@click.option("--graph", is_flag=True, help="Draw sessions and their forks.")
+@click.option("--all", "show_all", is_flag=True, help="With --graph: every session.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def log(
+    ctx: click.Context,
+    spec: str,
+    oneline: bool,
+    limit: int | None,
+    context_only: bool,
+    graph: bool,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """Show a transcript, newest first: the whole history, compacted turns included.
+
+    SPEC is a session (full id or unique prefix), a node, a tag, HEAD (the
+    default), SPEC~N or SPEC@{N}.
+
+    \b
+    Examples:
+      ags log 3f2a --oneline -n 20
+      ags log 3f2a --context        # what the model would see now
+      ags log --graph --all         # every session and its forks
+    """
+    store = open_store(ctx)
+    if graph:
+        _log_graph(store, None if show_all else spec, as_json)
+        return
+    if show_all:
+        raise click.UsageError("--all goes with --graph")
+    if context_only:
+        messages = store.context(spec)[::-1]
+        chosen = messages[:limit] if limit is not None else messages
+        if as_json:
+            emit_json(chosen)
+            return
+        lines = []
+        for msg in chosen:
+            role = msg.get("role", "?") if isinstance(msg, dict) else "?"
+            text = message_text(msg)
+            label = style(role, fg=ROLE_COLORS.get(role), bold=True)
+            if oneline:
+                lines.append(f"{label}: {first_line(text)}")
+            else:
+                lines += [label, *wrap(text)]
+                calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+                lines += ["    -> " + tool_call_summary(c) for c in calls or []]
+        emit_lines(lines)
+        return
+    entries: Iterable[LogEntry] = store.log(spec)
+    if limit is not None:
+        entries = itertools.islice(entries, limit)
+    if as_json:
+        emit_json([entry_json(e) for e in entries])
+        return
+    emit_lines(_transcript_lines(entries, oneline))
+
+
+def _transcript_lines(entries: Iterable[LogEntry], oneline: bool) -> Iterator[str]:
+    for i, entry in enumerate(entries):
+        if i and not oneline:
+            yield ""
+        yield from entry_lines(entry, oneline=oneline)
+
+
+def _log_graph(store: Store, spec: str | None, as_json: bool) -> None:
+    """Sessions as a tree of forks: each fork under the session it was forked from."""
+    rows = store.sessions(include_archived=True)
+    by_id = {r.id: r for r in rows}
+    children: dict[str | None, list[SessionInfo]] = {}
+    for r in sorted(rows, key=lambda r: r.created):
+        parent = (r.forked_from or {}).get("session")
+        children.setdefault(parent if parent in by_id else None, []).append(r)
+    if spec is None:
+        tops = children.get(None, [])
+    else:
+        sid = store.session_id(spec)
+        top = by_id[sid]  # climb to the root of its fork tree
+        while (top.forked_from or {}).get("session") in by_id:
+            top = by_id[top.forked_from["session"]]  # type: ignore[index]
+        tops = [top]
+
+    def tree(r: SessionInfo) -> dict[str, Any]:
+        return {
+            "session": r.id,
+            "title": r.title,
+            "messages": r.messages,
+            "forked_at": (r.forked_from or {}).get("node"),
+            "archived": r.archived,
+            "forks": [tree(c) for c in children.get(r.id, [])],
+        }
+
+    if as_json:
+        emit_json([tree(t) for t in tops])
+        return
+    lines: list[str] = []
+
+    def draw(r: SessionInfo, prefix: str, depth: int) -> None:
+        at = (r.forked_from or {}).get("node")
+        where = f"  forked at {short(at)}" if depth and at else ""
+        flag = " [archived]" if r.archived else ""
+        lines.append(
+            f"{prefix}* {style(short(r.id), fg='yellow')} {r.title or '(untitled)'}{flag}"
+            f"  ({r.messages} messages, {relative_time(r.updated)}){where}"
+        )
+        kids = children.get(r.id, [])
+        for kid in kids:
+            lines.append(f"{prefix}|\\")
+            draw(kid, prefix + "| ", depth + 1)
+
+    for t in tops:
+        draw(t, "", 0)
+    emit_lines(lines or ["no sessions"])
+
+
+@cli.command()
+@click.argument("spec", default="HEAD")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def show(ctx: click.Context, spec: str, as_json: bool) -> None:
+    """One node in full: its message, meta (time, model, token usage), and the
+    agent state in force there.
+
+    \b
+    Examples:
+      ags show 3f2a
+      ags show 3f2a~2 --json
+    """
+    store = open_store(ctx)
+    node = store.node(store.resolve(spec))
+    entry = LogEntry(node, store.blob(node.content))
+    state = store.state(node.id)
+    if as_json:
+        emit_json({**entry_json(entry), "state": state})
+        return
+    lines = [f"node     {node.id}", f"type     {node.type}", f"parent   {node.parent or '-'}",
+             f"position message {node.messages}"]  # fmt: skip
+    for key, value in sorted(node.meta.items()):
+        lines.append(f"{key:<8} {json.dumps(value, ensure_ascii=False)}")
+    if node.is_compaction:
+        lines.append(f"kept     {', '.join(short(k) for k in node.kept) or '-'}")
+    if isinstance(entry.message, dict):
+        lines += ["", *_full_message(entry.message)]
+    else:
+        lines += ["", json.dumps(entry.message, ensure_ascii=False)]
+    if state:
+        lines += ["", "state:", *("    " + s for s in json.dumps(state, indent=2).split("\n"))]
+    emit_lines(lines)
+
+
+def _full_message(msg: dict[str, Any]) -> list[str]:
+    """A message with nothing cut: every field, content unwrapped."""
+    lines = [f"role     {msg.get('role', '?')}"]
+    for key, value in sorted(msg.items()):
+        if key in ("role", "content"):
+            continue
+        lines.append(f"{key:<8} {json.dumps(value, ensure_ascii=False)}")
+    lines += ["", *message_text(msg).split("\n")]
+    return lines
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
+    """Where two sessions part: their common ancestor and the messages unique to each.
+
+    \b
+    Example:
+      ags diff 3f2a 9c8d
+    """
+    result = diff_sessions(open_store(ctx), a, b)
+    if as_json:
+        emit_json({
+            "base": result.base,
+            "only_a": [entry_json(e) for e in result.only_a],
+            "only_b": [entry_json(e) for e in result.only_b],
+        })  # fmt: skip
+        return
+    lines = [f"common ancestor: {result.base or '(none: no shared history)'}", ""]
+    for name, entries in ((a, result.only_a), (b, result.only_b)):
+        lines.append(style(f"only in {name} ({len(entries)}):", bold=True))
+        for e in entries:
+            lines += ["  " + line for line in entry_lines(e, oneline=True)]
+        lines.append("")
+    emit_lines(lines)

@@ -1,0 +1,158 @@
+"""How the command line prints: colour, pager, JSON, times, message summaries.
+
+Colour only on a terminal and never with NO_COLOR (https://no-color.org);
+long output goes through a pager only on a terminal. Nothing here decides
+what to print, only how.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import textwrap
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+
+def color_enabled() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def style(text: str, **kwargs: Any) -> str:
+    return click.style(text, **kwargs) if color_enabled() else text
+
+
+def emit_lines(lines: Iterable[str], *, page: bool = True) -> None:
+    """Print lines; on a terminal, through the pager when they do not fit."""
+    if page and sys.stdout.isatty():
+        text = "\n".join(lines)
+        if text.count("\n") + 1 > shutil.get_terminal_size().lines - 1:
+            click.echo_via_pager(text + "\n", color=color_enabled())
+            return
+        click.echo(text)
+        return
+    for line in lines:
+        click.echo(line)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for name in dir(type(value)):  # properties (dedup_ratio, ok, ...) too
+            if isinstance(getattr(type(value), name, None), property):
+                out[name] = to_jsonable(getattr(value, name))
+        return out
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def relative_time(iso: str | None, now: datetime | None = None) -> str:
+    """'3 minutes ago' for a time as refs store it."""
+    if not iso:
+        return "never"
+    try:
+        then = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return iso
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    if seconds < 0:
+        return "just now"
+    for unit, size in (("year", 31536000), ("month", 2592000), ("week", 604800),
+                       ("day", 86400), ("hour", 3600), ("minute", 60)):  # fmt: skip
+        if seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n > 1 else ''} ago"
+    return "just now"
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def short(oid: str | None, n: int = 12) -> str:
+    return oid[:n] if oid else "-"
+
+
+def message_text(message: Any) -> str:
+    """The readable text of a message: its content, whatever shape that takes."""
+    if not isinstance(message, dict):
+        return json.dumps(message, ensure_ascii=False)
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else json.dumps(content, ensure_ascii=False)
+
+
+def tool_call_summary(call: Any) -> str:
+    """``name(arg=value, ...)`` for one tool call, values cut short."""
+    if not isinstance(call, dict):
+        return str(call)
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
+    name = fn.get("name", "?")
+    args = fn.get("arguments", {})
+    if isinstance(args, dict):
+        shown = ", ".join(
+            f"{k}={_cut(json.dumps(v, ensure_ascii=False), 40)}" for k, v in args.items()
+        )
+    else:
+        shown = _cut(str(args), 60)
+    return f"{name}({shown})"
+
+
+def _cut(text: str, n: int) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def first_line(text: str, n: int = 72) -> str:
+    return _cut(text.strip().split("\n", 1)[0] if text.strip() else "", n)
+
+
+def wrap(text: str, indent: str = "    ", width: int | None = None) -> list[str]:
+    width = width or min(shutil.get_terminal_size().columns, 100)
+    lines: list[str] = []
+    for para in text.split("\n"):
+        if not para.strip():
+            lines.append(indent.rstrip())
+            continue
+        lines += textwrap.wrap(
+            para, width=width, initial_indent=indent, subsequent_indent=indent,
+            replace_whitespace=False, drop_whitespace=True, break_long_words=True,
+        ) or [indent]  # fmt: skip
+    return lines
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in '30d', '1h', '90m', '2w', '45s' or '0'; click.BadParameter otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    text = text.strip().lower()
+    try:
+        if text == "0" or text == "now":
+            return 0.0
+        if text and text[-1] in units:
+            value = float(text[:-1])
+            if value >= 0:
+                return value * units[text[-1]]
+    except ValueError:
+        pass
+    raise click.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 45s")

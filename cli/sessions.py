@@ -1,0 +1,323 @@
+"""Commands on sessions and refs: listing, forking, HEAD, rewind, tags, metadata,
+archive and delete."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from objstore import InvalidInput
+from objstore.stats import session_usage
+
+from .app import cli, open_store
+from .output import emit_json, emit_lines, human_bytes, relative_time, short, style
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@cli.command("sessions")
+@click.option("--archived", is_flag=True, help="Only archived sessions.")
+@click.option("--all", "show_all", is_flag=True, help="Archived sessions too.")
+@JSON_OPTION
+@click.pass_context
+def sessions(ctx: click.Context, archived: bool, show_all: bool, as_json: bool) -> None:
+    """List sessions, most recently active first (alias: ls).
+
+    \b
+    Columns: short id, title, last activity, messages, project root.
+    Example:
+      ags sessions --all --json
+    """
+    if archived and show_all:
+        raise click.UsageError("--archived and --all exclude each other")
+    rows = open_store(ctx).sessions(include_archived=archived or show_all)
+    if archived:
+        rows = [r for r in rows if r.archived]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no sessions" + ("" if show_all or archived else " (--all shows archived)"))
+        return
+    home = os.path.expanduser("~")
+    lines = []
+    for r in rows:
+        title = (r.title or "(untitled)") + (" [archived]" if r.archived else "")
+        root = r.root or ""
+        if root.startswith(home + os.sep):
+            root = "~" + root[len(home) :]
+        lines.append(
+            f"{style(short(r.id), fg='yellow')}  {title[:40]:<40}  "
+            f"{relative_time(r.updated):>15}  {r.messages:>6}  {root}"
+        )
+    emit_lines(lines)
+
+
+cli.add_command(sessions, "ls")
+
+
+@cli.command()
+@click.argument("spec")
+@click.option("--title", help="Title of the new session (default: the source's).")
+@click.pass_context
+def fork(ctx: click.Context, spec: str, title: str | None) -> None:
+    """Start a new session at any node; print its id. Copies no message.
+
+    \b
+    Examples:
+      ags fork 3f2a              # at the session's head
+      ags fork 3f2a~4 --title "try again"
+      ags fork mytag
+    """
+    click.echo(open_store(ctx).fork(spec, title=title))
+
+
+@cli.command()
+@click.argument("spec")
+@click.pass_context
+def checkout(ctx: click.Context, spec: str) -> None:
+    """Make SPEC current for this project (HEAD).
+
+    A session attaches HEAD to it; any other spec (a node, SESSION~N, a tag)
+    detaches HEAD there, and continuing from a detached HEAD starts a fork.
+
+    \b
+    Examples:
+      ags checkout 3f2a
+      ags checkout 3f2a~3
+    """
+    target = open_store(ctx).checkout(spec)
+    if target.session is not None:
+        click.echo(f"HEAD is now session {target.session}")
+    else:
+        click.echo(f"HEAD is now detached at node {target.node}")
+
+
+@cli.command()
+@JSON_OPTION
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Say what is checked out for this project.
+
+    \b
+    Example:
+      ags status
+    """
+    store = open_store(ctx)
+    target = store.head()
+    info = store.session(target.session) if target and target.session else None
+    if as_json:
+        emit_json({"head": target, "session": info})
+        return
+    if target is None:
+        click.echo("nothing checked out here (ags checkout SPEC)")
+    elif info is not None:
+        click.echo(f"on session {info.id}  {info.title or '(untitled)'}")
+        click.echo(f"  {info.messages} messages, last active {relative_time(info.updated)}")
+        if info.archived:
+            click.echo("  archived: unarchive it to continue")
+    else:
+        click.echo(f"HEAD detached at node {target.node}: continuing starts a fork")
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("spec")
+@click.pass_context
+def rewind(ctx: click.Context, session: str, spec: str) -> None:
+    """Move SESSION's head back to SPEC, a node of its own history.
+
+    The reflog keeps the old head, so a rewind is undone with
+    ``ags rewind SESSION SESSION@{1}``.
+
+    \b
+    Examples:
+      ags rewind 3f2a 3f2a~2
+      ags rewind 3f2a 3f2a@{1}      # undo
+    """
+    store = open_store(ctx)
+    sid = store.session_id(session)
+    old = store.session(sid).head
+    new = store.rewind(sid, spec)
+    click.echo(f"session {short(sid)} now at {short(new)} (was {short(old)})")
+    click.echo(f"undo: ags rewind {short(sid)} {short(sid)}@{{1}}")
+
+
+@cli.command()
+@click.argument("name")
+@click.argument("spec", required=False)
+@click.option("-f", "--force", is_flag=True, help="Move an existing tag.")
+@click.option("-d", "--delete", is_flag=True, help="Delete the tag NAME.")
+@click.pass_context
+def tag(ctx: click.Context, name: str, spec: str | None, force: bool, delete: bool) -> None:
+    """Name a node: a checkpoint to fork, export or rewind to.
+
+    \b
+    Examples:
+      ags tag before-refactor 3f2a
+      ags tag -d before-refactor
+    """
+    store = open_store(ctx)
+    if delete:
+        store.delete_tag(name)
+        click.echo(f"deleted tag {name}")
+        return
+    if spec is None:
+        raise click.UsageError("tag needs a SPEC to name (or -d to delete)")
+    click.echo(f"{name} -> {store.tag(name, spec, force=force)}")
+
+
+@cli.command()
+@JSON_OPTION
+@click.pass_context
+def tags(ctx: click.Context, as_json: bool) -> None:
+    """List tags and the nodes they name.
+
+    \b
+    Example:
+      ags tags --json
+    """
+    found = open_store(ctx).tags()
+    if as_json:
+        emit_json(found)
+        return
+    emit_lines([f"{name}  {short(node)}" for name, node in found.items()] or ["no tags"])
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("title")
+@click.pass_context
+def title(ctx: click.Context, session: str, title: str) -> None:
+    """Set a session's title.
+
+    \b
+    Example:
+      ags title 3f2a "fix the flaky build"
+    """
+    store = open_store(ctx)
+    store.set_title(session, title)
+    click.echo(f"session {short(store.session_id(session))}: {title}")
+
+
+@cli.command()
+@click.argument("session")
+@JSON_OPTION
+@click.pass_context
+def info(ctx: click.Context, session: str, as_json: bool) -> None:
+    """A session's metadata, counts, token usage, parent, and the bytes it
+    holds alone versus shares with other sessions.
+
+    \b
+    Example:
+      ags info 3f2a
+    """
+    usage = session_usage(open_store(ctx), session)
+    if as_json:
+        emit_json(usage)
+        return
+    s = usage.session
+    fork = s.forked_from or {}
+    rows: list[tuple[str, Any]] = [
+        ("session", s.id),
+        ("title", s.title or "(untitled)"),
+        ("created", f"{s.created} ({relative_time(s.created)})"),
+        ("updated", f"{s.updated} ({relative_time(s.updated)})"),
+        ("archived", s.archived_at or "no"),
+        ("project", s.root or "-"),
+        ("model", s.model or "-"),
+        ("head", s.head or "(empty)"),
+        ("forked from", f"{fork.get('session')} at {fork.get('node')}" if fork else "-"),
+        ("messages", f"{s.messages} ({', '.join(f'{n} {r}' for r, n in usage.roles.items())})"),
+        ("compactions", usage.compactions),
+        ("tokens", f"{usage.usage['prompt_tokens']} in, {usage.usage['completion_tokens']} out"),
+        ("objects", usage.objects),
+        ("stored", f"{human_bytes(usage.stored_bytes)}: "
+                   f"{human_bytes(usage.unique_stored_bytes)} its own, "
+                   f"{human_bytes(usage.shared_stored_bytes)} shared"),
+    ]  # fmt: skip
+    emit_lines([f"{k + ':':<13}{v}" for k, v in rows], page=False)
+
+
+@cli.command()
+@click.argument("session")
+@click.pass_context
+def archive(ctx: click.Context, session: str) -> None:
+    """Hide a session and refuse to resume or append to it until unarchived.
+
+    gc drops archived sessions after the retention period.
+
+    \b
+    Example:
+      ags archive 3f2a
+    """
+    store = open_store(ctx)
+    store.archive(session)
+    click.echo(f"archived {store.session_id(session)}")
+
+
+@cli.command()
+@click.argument("session")
+@click.pass_context
+def unarchive(ctx: click.Context, session: str) -> None:
+    """Bring an archived session back.
+
+    \b
+    Example:
+      ags unarchive 3f2a
+    """
+    store = open_store(ctx)
+    store.unarchive(session)
+    click.echo(f"unarchived {store.session_id(session)}")
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--yes", is_flag=True, help="Really delete.")
+@click.pass_context
+def delete(ctx: click.Context, session: str, yes: bool) -> None:
+    """Delete a session's ref. Its objects stay until gc, and until the reflog
+    entry expires ``ags reflog`` shows the head to fork from.
+
+    \b
+    Example:
+      ags delete 3f2a --yes
+    """
+    store = open_store(ctx)
+    usage = session_usage(store, session)
+    s = usage.session
+    if not yes:
+        raise InvalidInput(
+            f"would delete session {s.id} ({s.title or 'untitled'}, {s.messages} messages, "
+            f"{human_bytes(usage.unique_stored_bytes)} not shared): add --yes to delete it"
+        )
+    store.delete(s.id)
+    click.echo(f"deleted session {s.id} (head was {s.head or 'empty'})")
+
+
+@cli.command()
+@click.argument("spec")
+@JSON_OPTION
+@click.pass_context
+def reflog(ctx: click.Context, spec: str, as_json: bool) -> None:
+    """The history of a ref: every move of a session's head, newest first.
+    ``SESSION@{N}`` names the Nth entry.
+
+    \b
+    Example:
+      ags reflog 3f2a
+    """
+    lines = open_store(ctx).reflog(spec)
+    if as_json:
+        emit_json(lines)
+        return
+    emit_lines(
+        [
+            f"@{{{i + 1}}}  {short(line.old)} -> {short(line.new)}  {line.reason}  "
+            f"{relative_time(line.time)}"
+            for i, line in enumerate(lines)
+        ]
+        or ["no entries"]
+    )
