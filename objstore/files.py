@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-from contextlib import suppress
 import secrets
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 
 # Plain strings on the hot path (an append touches several files): pathlib's

@@ -149,6 +149,7 @@ def test_every_command_has_help_with_an_example():
 
 # -- bad input changes nothing ------------------------------------------------
 
+
 def assert_refused(world: World, args: list[str], message: str, input=None) -> str:
     before = tree_snapshot(world.path)
     code, out, err = ags(world, *args, input=input)
