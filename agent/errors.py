@@ -1,0 +1,115 @@
+"""Errors of talking to a model server.
+
+All of them are ``ModelError``, itself an ``AgsError``, so the command line
+prints any of them as one line. A caller that wants to react (compact on
+``ContextTooLong``, stop on ``AuthFailed``) catches the subclass. Messages say
+what went wrong, where, and what to do about it; they never carry an API key.
+"""
+
+from __future__ import annotations
+
+from objstore.errors import AgsError
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` squeezed onto one line and cut to ``limit`` characters.
+
+    Server messages are quoted into ours; a multi-line HTML error page must not
+    turn a one-line error into a screenful.
+    """
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class ModelError(AgsError):
+    """Base of every failure to get a reply from a model server."""
+
+
+class ModelConfigError(ModelError):
+    """The client is set up wrongly (unknown provider, unusable URL, no model name)."""
+
+
+class ModelNotFound(ModelError):
+    """The server does not have the model that was asked for."""
+
+    def __init__(self, model: str, base_url: str, hint: str) -> None:
+        super().__init__(f"model {model!r} not found on {base_url}: {hint}")
+        self.model = model
+        self.base_url = base_url
+
+
+class ContextTooLong(ModelError):
+    """The conversation does not fit the model's context window.
+
+    ``prompt_tokens`` and ``context_tokens`` are the server's own counts when
+    its message gave them (llama.cpp and vLLM do; Ollama does not), else None.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        detail: str,
+        prompt_tokens: int | None = None,
+        context_tokens: int | None = None,
+    ) -> None:
+        if prompt_tokens is not None and context_tokens is not None:
+            counts = f" ({prompt_tokens} tokens for a window of {context_tokens})"
+        else:
+            counts = ""
+        super().__init__(
+            f"the conversation is too long for the model's context on {base_url}{counts}: "
+            f"compact it or give the model a larger context (server said: {one_line(detail)})"
+        )
+        self.base_url = base_url
+        self.detail = detail
+        self.prompt_tokens = prompt_tokens
+        self.context_tokens = context_tokens
+
+
+class AuthFailed(ModelError):
+    """The server refused the credentials (HTTP 401 or 403)."""
+
+    def __init__(self, base_url: str, status: int, detail: str, key_env: str | None) -> None:
+        fix = f"set {key_env} to a valid API key" if key_env else "check the server's access rules"
+        super().__init__(
+            f"{base_url} refused the request (HTTP {status}: {one_line(detail)}): {fix}"
+        )
+        self.base_url = base_url
+        self.status = status
+
+
+class ModelRequestFailed(ModelError):
+    """The server rejected the request for a reason a retry will not fix (a 4xx)."""
+
+    def __init__(self, base_url: str, status: int | None, detail: str) -> None:
+        code = f"HTTP {status}" if status is not None else "error"
+        super().__init__(f"{base_url} rejected the request ({code}): {one_line(detail)}")
+        self.base_url = base_url
+        self.status = status
+        self.detail = detail
+
+
+class ModelUnavailable(ModelError):
+    """The server could not be reached or kept failing; retries are exhausted."""
+
+    def __init__(self, base_url: str, attempts: int, last_reason: str) -> None:
+        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        super().__init__(
+            f"no reply from the model server at {base_url} after {tries} "
+            f"(last: {one_line(last_reason)}): is it running and reachable?"
+        )
+        self.base_url = base_url
+        self.attempts = attempts
+        self.last_reason = last_reason
+
+
+class ModelProtocolError(ModelError):
+    """The server answered with something that is not the wire format it claims to speak."""
+
+    def __init__(self, base_url: str, detail: str) -> None:
+        super().__init__(
+            f"unexpected reply from {base_url}: {one_line(detail)} "
+            "(is the provider right for this server?)"
+        )
+        self.base_url = base_url
+        self.detail = detail

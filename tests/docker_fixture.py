@@ -1,0 +1,42 @@
+"""Docker for the tests: skip when no engine answers, fail instead when it must.
+
+``.ci/run`` starts dockerd, builds the test image and sets ``AGS_REQUIRE_DOCKER=1``,
+so in CI a missing engine or image is a failure, not a quiet skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import docker.errors
+import pytest
+
+from agent.sandbox import DockerUnavailable, connect, docker_host
+
+TEST_IMAGE = os.environ.get("AGS_TEST_IMAGE") or "ags-sandbox:test"
+
+
+@functools.cache
+def _problem() -> str | None:
+    try:
+        client = connect(timeout=5)
+    except DockerUnavailable:
+        return f"no Docker engine answers at {docker_host()}"
+    try:
+        client.images.get(TEST_IMAGE)
+    except docker.errors.ImageNotFound:
+        return f"the test image {TEST_IMAGE} is missing (bash .ci/docker-up builds it)"
+    finally:
+        client.close()
+    return None
+
+
+def require_docker() -> str:
+    """The test image's name once the engine answers and has it; else skip, or fail if required."""
+    problem = _problem()
+    if problem is not None:
+        if os.environ.get("AGS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"{problem}, and AGS_REQUIRE_DOCKER=1")
+        pytest.skip(problem)
+    return TEST_IMAGE

@@ -1,0 +1,258 @@
+"""The agent's tools: files on the host, shell in a real sandbox, notes in the state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker_fixture import require_docker
+
+from agent.sandbox import Sandbox
+from agent.tools import LIST_ENTRIES, TOOLS, Toolbox, tool_schemas
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo\n")
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("def main():\n    return 1\n")
+    return root
+
+
+@pytest.fixture
+def state() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+def box(project: Path, state: dict[str, Any]) -> Toolbox:
+    return Toolbox(project, None, state)
+
+
+# -- the schemas
+
+
+def test_every_tool_has_an_openai_function_schema() -> None:
+    schemas = tool_schemas()
+    assert [s["function"]["name"] for s in schemas] == list(TOOLS)
+    for schema in schemas:
+        assert schema["type"] == "function"
+        assert schema["function"]["description"]
+        assert schema["function"]["parameters"]["type"] == "object"
+    json.dumps(schemas)  # sent as JSON as it is
+    mutating = {name for name, spec in TOOLS.items() if spec.mutating}
+    assert mutating == {"shell", "write_file", "edit_file"}
+
+
+# -- files
+
+
+def test_read_file_gives_the_text_and_pages_by_lines(box: Toolbox, project: Path) -> None:
+    assert box.run("read_file", {"path": "src/app.py"}).content == "def main():\n    return 1\n"
+    (project / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    page = box.run("read_file", {"path": "/workspace/long.txt", "offset": 3, "limit": 2})
+    assert page.ok
+    assert page.content == "line 3\nline 4\n\n[lines 3-4 of 10]"
+
+
+def test_read_file_failures_are_error_text(box: Toolbox, project: Path) -> None:
+    missing = box.run("read_file", {"path": "nope.txt"})
+    assert not missing.ok
+    assert missing.content == "error: nope.txt: No such file or directory"
+    (project / "blob.bin").write_bytes(b"\x00\x01" * 10)
+    assert "binary file (20 bytes)" in box.run("read_file", {"path": "blob.bin"}).content
+    assert "is a directory" in box.run("read_file", {"path": "src"}).content
+    past = box.run("read_file", {"path": "README.md", "offset": 5})
+    assert "past the end" in past.content and "1 lines" in past.content
+
+
+def test_a_huge_result_is_cut_in_the_middle_with_a_marker(project: Path) -> None:
+    (project / "big.txt").write_text("x" * 100_000)
+    out = Toolbox(project, None, {}, result_limit=1000).run("read_file", {"path": "big.txt"})
+    assert out.ok
+    assert "[... 99000 characters cut here by ags ...]" in out.content
+    assert len(out.content) < 1100
+
+
+def test_write_file_creates_directories_and_replaces(box: Toolbox, project: Path) -> None:
+    made = box.run("write_file", {"path": "docs/new/notes.md", "content": "one\n"})
+    assert made.ok and made.content == "created docs/new/notes.md (4 bytes)"
+    again = box.run("write_file", {"path": "/workspace/docs/new/notes.md", "content": "two\r\n"})
+    assert again.content == "replaced docs/new/notes.md (5 bytes)"
+    assert (project / "docs/new/notes.md").read_bytes() == b"two\r\n"
+
+
+def test_edit_file_replaces_exactly_one_occurrence(box: Toolbox, project: Path) -> None:
+    out = box.run("edit_file", {"path": "src/app.py", "old": "return 1", "new": "return 2"})
+    assert out.ok and out.content == "edited src/app.py: replaced 1 occurrence at line 2"
+    assert (project / "src/app.py").read_text() == "def main():\n    return 2\n"
+
+
+def test_edit_file_refuses_missing_or_repeated_text(box: Toolbox, project: Path) -> None:
+    target = project / "twice.txt"
+    target.write_text("a = 1\na = 1\n")
+    none = box.run("edit_file", {"path": "twice.txt", "old": "b = 1", "new": "b = 2"})
+    assert not none.ok and "does not occur" in none.content
+    two = box.run("edit_file", {"path": "twice.txt", "old": "a = 1", "new": "a = 2"})
+    assert not two.ok and "occurs 2 times" in two.content and "exactly once" in two.content
+    assert target.read_text() == "a = 1\na = 1\n"
+
+
+def test_edit_file_keeps_windows_line_endings(box: Toolbox, project: Path) -> None:
+    (project / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
+    assert box.run("edit_file", {"path": "crlf.txt", "old": "two", "new": "2"}).ok
+    assert (project / "crlf.txt").read_bytes() == b"one\r\n2\r\n"
+
+
+def test_list_files_flat_and_recursive_without_git(box: Toolbox, project: Path) -> None:
+    (project / ".git").mkdir()
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert box.run("list_files", {}).content == "README.md\nsrc/"
+    deep = box.run("list_files", {"path": ".", "recursive": True})
+    assert deep.content == "README.md\nsrc/\nsrc/app.py"
+    assert box.run("list_files", {"path": "src"}).content == "src/app.py"
+
+
+def test_list_files_stops_at_its_cap(box: Toolbox, project: Path) -> None:
+    many = project / "many"
+    many.mkdir()
+    for n in range(LIST_ENTRIES + 5):
+        (many / f"f{n:05}").touch()
+    lines = box.run("list_files", {"path": "many"}).content.splitlines()
+    assert len(lines) == LIST_ENTRIES + 1
+    assert lines[-1].startswith("[... more entries not shown")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("read_file", {"path": "../outside.txt"}),
+        ("read_file", {"path": "src/../../outside.txt"}),
+        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": "/workspace/../etc/passwd"}),
+        ("read_file", {"path": "link-out/outside.txt"}),
+        ("read_file", {"path": "file-link"}),
+        ("write_file", {"path": "../outside.txt", "content": "x"}),
+        ("write_file", {"path": "link-out/new.txt", "content": "x"}),
+        ("write_file", {"path": "dangling", "content": "x"}),
+        ("edit_file", {"path": "file-link", "old": "secret", "new": "leaked"}),
+        ("list_files", {"path": "link-out"}),
+        ("list_files", {"path": ".."}),
+    ],
+)
+def test_paths_that_leave_the_project_are_refused(
+    box: Toolbox, project: Path, tool: str, arguments: dict[str, Any]
+) -> None:
+    outside = project.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "outside.txt").write_text("secret\n")
+    (project.parent / "outside.txt").write_text("secret\n")
+    (project / "link-out").symlink_to(outside)
+    (project / "file-link").symlink_to(outside / "outside.txt")
+    (project / "dangling").symlink_to(outside / "not-yet.txt")
+
+    out = box.run(tool, arguments)
+
+    assert not out.ok
+    assert out.content.startswith("error: ")
+    assert "outside the project" in out.content
+    assert "secret" not in out.content
+    assert (outside / "outside.txt").read_text() == "secret\n"
+    assert not (outside / "new.txt").exists() and not (outside / "not-yet.txt").exists()
+
+
+def test_a_symlink_that_stays_inside_is_followed(box: Toolbox, project: Path) -> None:
+    (project / "alias.py").symlink_to(project / "src" / "app.py")
+    assert box.run("read_file", {"path": "alias.py"}).content.startswith("def main")
+
+
+# -- notes in the state
+
+
+def test_scratchpad_lives_in_the_state(box: Toolbox, state: dict[str, Any]) -> None:
+    assert box.run("scratchpad", {"action": "read"}).content == "(the scratchpad is empty)"
+    assert box.run("scratchpad", {"action": "write", "text": "plan: read code"}).ok
+    assert box.run("scratchpad", {"action": "append", "text": "then test"}).ok
+    assert state["scratchpad"] == "plan: read code\nthen test"
+    assert box.run("scratchpad", {"action": "read"}).content == "plan: read code\nthen test"
+    assert not box.run("scratchpad", {"action": "write"}).ok
+
+
+def test_todo_lives_in_the_state(box: Toolbox, state: dict[str, Any]) -> None:
+    box.run("todo", {"action": "add", "text": "write tests"})
+    box.run("todo", {"action": "add", "text": "fix bug"})
+    box.run("todo", {"action": "add", "text": "drop me"})
+    done = box.run("todo", {"action": "done", "index": 1})
+    assert done.content == "1. [x] write tests\n2. [ ] fix bug\n3. [ ] drop me"
+    box.run("todo", {"action": "remove", "index": 3})
+    assert state["todos"] == [
+        {"text": "write tests", "done": True},
+        {"text": "fix bug", "done": False},
+    ]
+    bad = box.run("todo", {"action": "done", "index": 7})
+    assert not bad.ok and "no todo item 7: the list has 2 items" in bad.content
+
+
+def test_notes_are_not_mutating_in_the_approval_sense() -> None:
+    assert not TOOLS["scratchpad"].mutating and not TOOLS["todo"].mutating
+
+
+# -- bad calls
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "says"),
+    [
+        ("rm_rf", {}, "there is no tool 'rm_rf'"),
+        ("read_file", {}, "read_file needs path"),
+        ("read_file", {"path": 7}, "path must be a string"),
+        ("read_file", {"path": "README.md", "lines": 3}, "takes no argument lines"),
+        ("read_file", "{not json", "not valid JSON"),
+        ("read_file", "[1, 2]", "must be a JSON object"),
+        ("todo", {"action": "shuffle"}, "must be one of list, add, done, remove"),
+        ("todo", {"action": "done", "index": True}, "index must be an integer"),
+        ("shell", {"command": "ls"}, "no sandbox"),
+    ],
+)
+def test_bad_calls_become_error_text(box: Toolbox, name: str, arguments: Any, says: str) -> None:
+    out = box.run(name, arguments)
+    assert not out.ok
+    assert out.content.startswith("error: ")
+    assert says in out.content
+
+
+def test_arguments_as_json_text_and_numbers_as_strings_are_accepted(box: Toolbox) -> None:
+    out = box.run("read_file", '{"path": "src/app.py", "offset": "2", "limit": 1.0}')
+    assert out.ok and out.content == "    return 1\n\n[lines 2-2 of 2]"
+
+
+# -- shell in a real sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    image = require_docker()
+    with Sandbox.start(tmp_path_factory.mktemp("shell-project"), image) as box:
+        yield box
+
+
+def test_shell_runs_in_the_project_and_reports_the_exit_code(sandbox: Sandbox) -> None:
+    tools = Toolbox(sandbox.project_root, sandbox, {})
+    tools.run("write_file", {"path": "in.txt", "content": "hello\n"})
+    out = tools.run("shell", {"command": "cat in.txt; pwd"})
+    assert out.ok and out.content == "hello\n/workspace\n[exit code 0]"
+    failed = tools.run("shell", {"command": "echo oops >&2; exit 4"})
+    assert not failed.ok and failed.content == "oops\n[exit code 4]"
+
+
+def test_shell_timeout_is_reported_to_the_model(sandbox: Sandbox) -> None:
+    out = Toolbox(sandbox.project_root, sandbox, {}).run(
+        "shell", {"command": "echo begun; sleep 60", "timeout": 1}
+    )
+    assert not out.ok
+    assert out.content.startswith("begun\n[timed out after 1 s")
