@@ -11,9 +11,11 @@ import click
 
 from objstore import LogEntry, SessionInfo, Store
 from objstore.diff import diff_sessions
+from objstore.search import SearchIndex, fts_query
 
 from .app import cli, open_store
 from .output import (
+    color_enabled,
     emit_json,
     emit_lines,
     first_line,
@@ -277,4 +279,67 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
         for e in entries:
             lines += ["  " + line for line in entry_lines(e, oneline=True)]
         lines.append("")
+    emit_lines(lines)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--session", "session_spec", help="Only this session (id, prefix, HEAD).")
+@click.option("--role", help="Only messages of this role (user, assistant, tool; summary).")
+@click.option("--all", "include_archived", is_flag=True, help="Search archived sessions too.")
+@click.option("-n", "limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most N hits.")  # fmt: skip
+@click.option("--rebuild", is_flag=True, help="Rebuild the index from the objects first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def search(
+    ctx: click.Context,
+    query: str,
+    session_spec: str | None,
+    role: str | None,
+    include_archived: bool,
+    limit: int,
+    rebuild: bool,
+    as_json: bool,
+) -> None:
+    """Full-text search over every message of every session, compacted history
+    included. Words must all match; "quoted phrases" and word* prefixes work.
+
+    The index (cache/search.sqlite) is derived from the objects and kept up to
+    date on every search; --rebuild makes it again from scratch.
+
+    \b
+    Examples:
+      ags search "connection refused" --role tool
+      ags search pytest --session 3f2a --json
+    """
+    fts_query(query)  # a query that cannot match is refused before the index is touched
+    store = open_store(ctx)
+    sid = store.session_id(session_spec) if session_spec else None
+    with SearchIndex(store) as index:
+        stats = index.rebuild() if rebuild else index.refresh()
+        for failed_sid, why in stats.failed:
+            click.echo(f"ags: session {failed_sid} skipped: {why}", err=True)
+        hits = index.search(
+            query,
+            session=sid,
+            role=role,
+            limit=limit,
+            include_archived=include_archived,
+            refresh=False,
+        )
+    if as_json:
+        emit_json(hits)
+        return
+    if not hits:
+        click.echo("no matches")
+        return
+    lines = []
+    for hit in hits:
+        role_label = "summary" if hit.is_summary else hit.role
+        snippet = hit.marked("\x1b[1m", "\x1b[0m") if color_enabled() else hit.marked()
+        lines.append(
+            f"{style(short(hit.session), fg='yellow')} {short(hit.node)} "
+            f"{style(role_label or '?', fg=ROLE_COLORS.get(role_label or ''))}: {snippet}"
+        )
     emit_lines(lines)

@@ -110,14 +110,14 @@ class ImportResult:
     action: str  # "created", "fast-forward", "unchanged"
 
 
-def parse_document(text: str | bytes) -> dict[str, Any]:
-    """The JSON document in ``text``, or an BadExport that says where it breaks."""
+def parse_document(data: str | bytes) -> dict[str, Any]:
+    """The JSON document in ``data``, or a BadExport that says where it breaks."""
     try:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        doc = json.loads(text, parse_constant=_no_constant)
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as e:
         raise BadExport(f"not UTF-8 text (byte {e.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         body = text.strip()
         if not body:

@@ -51,7 +51,7 @@ from .specs import parse_spec
 FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
 CONFIG_FILE: Final = "ags-store.json"
-LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp"})
+LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,6 +116,9 @@ COMMANDS = [
     (["export", "{b}"], '"format": "ags-export"'),
     (["delete", "{b}", "--yes"], "deleted session"),
     (["rewind", "{a}", "{a}~3"], "undo: ags rewind"),
+    (["search", "zebra-3"], "[zebra-3]"),
+    (["search", "zebras", "--role", "summary", "--json"], '"is_summary": true'),
+    (["search", "giraffes", "--session", "{b}"], "giraffes"),
 ]
 
 
@@ -165,7 +168,7 @@ SPEC_COMMANDS = [
     ["log", "{x}"], ["show", "{x}"], ["fork", "{x}"], ["checkout", "{x}"], ["tag", "t", "{x}"],
     ["title", "{x}", "new"], ["info", "{x}"], ["archive", "{x}"], ["unarchive", "{x}"],
     ["delete", "{x}", "--yes"], ["export", "{x}"], ["diff", "{x}", "{x}"],
-    ["rewind", "{x}", "{x}~1"], ["reflog", "{x}"],
+    ["rewind", "{x}", "{x}~1"], ["reflog", "{x}"], ["search", "zebra", "--session", "{x}"],
 ]  # fmt: skip
 
 
@@ -210,6 +213,16 @@ def test_an_archived_session_refuses_writes_until_unarchived(world):
     assert ags(world, "unarchive", world.c)[0] == 0
     with Store.open(world.path) as s:
         s.append(world.c, {"role": "user", "content": "more"})
+
+
+def test_search_finds_compacted_history_and_refuses_an_empty_query(world):
+    code, out, _ = ags(world, "search", "please list", "--json")
+    hits = json.loads(out)
+    # Compaction took this message out of alpha's context; it is still found, in both
+    # sessions whose history holds it.
+    assert {h["session"] for h in hits} == {world.a, world.b}
+    assert_refused(world, ["search", "  "], "empty")
+    assert_refused(world, ["search", '""'], "empty")
 
 
 def test_usage_errors_are_one_line_too(world):
