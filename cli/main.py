@@ -7,6 +7,7 @@ boundary, and the command modules for the commands.
 from __future__ import annotations
 
 from .app import cli
+from .chat import chat  # noqa: F401
 from .history import log  # noqa: F401  (importing a command module registers its commands)
 from .maintenance import gc  # noqa: F401
 from .sessions import fork  # noqa: F401

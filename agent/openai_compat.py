@@ -1,0 +1,330 @@
+"""The client for OpenAI-compatible servers (vLLM, llama.cpp, Ollama's /v1).
+
+``POST /v1/chat/completions`` streamed as server-sent events, with the
+fragments of streamed tool calls joined back into whole calls; the quirks of
+each server are written down in PROTOCOLS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agent.http_chat import HTTPChatClient, RetryPolicy
+from agent.messages import (
+    Message,
+    ModelReply,
+    Usage,
+    assistant_message,
+    normalised_done_reason,
+    token_count,
+    tool_call,
+)
+
+DEFAULT_OPENAI_BASE_URL = "http://localhost:8000"  # vLLM's default port
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def openai_wire_message(message: Message) -> dict[str, Any]:
+    """An internal message as ``/v1/chat/completions`` wants it."""
+    role = message.get("role", "")
+    # An empty string, not null, next to tool calls: some servers reject null content.
+    wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+    if role == "assistant" and message.get("tool_calls"):
+        wire["tool_calls"] = [
+            {
+                "id": call.get("id", ""),
+                "type": "function",
+                "function": {
+                    "name": call.get("name", ""),
+                    # The parsed form, never arguments_raw: vLLM json-decodes the
+                    # arguments of past calls and fails the whole request on bad JSON.
+                    "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
+                },
+            }
+            for call in message["tool_calls"]
+        ]
+    elif role == "tool":
+        wire["tool_call_id"] = message.get("tool_call_id", "")
+    return wire
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(field, payload) per server-sent event; field is ``data`` or ``error``.
+
+    ``error`` is the non-standard field older llama.cpp builds used for
+    in-stream errors. Comment lines (``: ping``) are skipped. A bare JSON line
+    counts as data, for servers that forget the ``data:`` prefix.
+    """
+    data: list[str] = []
+    errors: list[str] = []
+    for line in lines:
+        if not line:
+            if errors:
+                yield "error", "\n".join(errors)
+            elif data:
+                yield "data", "\n".join(data)
+            data, errors = [], []
+            continue
+        if line.startswith(":"):
+            continue
+        if line.startswith("{"):
+            data.append(line)
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "error":
+            errors.append(value)
+    if errors:
+        yield "error", "\n".join(errors)
+    elif data:
+        yield "data", "\n".join(data)
+
+
+class ToolCallAssembler:
+    """Builds whole tool calls from streamed fragments.
+
+    Fragments join by ``index``, and by ``id`` where one is given: a new id at
+    an index already in use starts a new call (Ollama's /v1 gives every
+    parallel call index 0, ollama#15457), and a fragment with no index
+    continues the latest call unless it brings a new id or name (Ollama before
+    0.4.7 sent no index, ollama#7881).
+    """
+
+    def __init__(self) -> None:
+        self._calls: list[dict[str, Any]] = []
+        self._by_index: dict[int, int] = {}
+        self._by_id: dict[str, int] = {}
+
+    def add(self, fragment: Any) -> None:
+        if not isinstance(fragment, dict):
+            return
+        function = fragment.get("function")
+        function = function if isinstance(function, dict) else {}
+        index, call_id, name = fragment.get("index"), fragment.get("id"), function.get("name")
+        call_id = call_id if isinstance(call_id, str) and call_id else None
+        slot = self._slot(index if isinstance(index, int) else None, call_id, name)
+        call = self._calls[slot]
+        if call_id and not call["id"]:
+            call["id"] = call_id
+            self._by_id[call_id] = slot
+        if isinstance(name, str) and name and not call["name"]:
+            call["name"] = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call["arguments"].append(arguments)
+        elif arguments is not None:  # an object where a string belongs; keep it usable
+            call["arguments"].append(json.dumps(arguments))
+
+    def _slot(self, index: int | None, call_id: str | None, name: Any) -> int:
+        if call_id and call_id in self._by_id:
+            return self._by_id[call_id]
+        if index is not None and index in self._by_index:
+            known = self._calls[self._by_index[index]]
+            if not (call_id and known["id"] and known["id"] != call_id):
+                return self._by_index[index]
+        elif index is None and self._calls and not call_id and not name:
+            return len(self._calls) - 1
+        self._calls.append({"id": "", "name": "", "arguments": []})
+        slot = len(self._calls) - 1
+        if index is not None:
+            self._by_index[index] = slot
+        return slot
+
+    def calls(self) -> list[dict[str, Any]]:
+        return [tool_call(c["id"], c["name"], "".join(c["arguments"])) for c in self._calls]
+
+
+@dataclass(slots=True)
+class _OpenAIStream:
+    """What one streamed (or plain) chat completion has said so far."""
+
+    content: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    tools: ToolCallAssembler = field(default_factory=ToolCallAssembler)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str | None = None
+    completion_id: str | None = None
+
+    def feed(self, chunk: Mapping[str, Any], on_text: Callable[[str], None] | None) -> None:
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        if isinstance(chunk.get("id"), str):
+            self.completion_id = chunk["id"]
+        # Usage may come on any chunk: a final choices:[] chunk, llama.cpp's finish chunk.
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = Usage(
+                token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))
+            )
+        elif self.usage is None and isinstance(chunk.get("timings"), dict):
+            timings = chunk["timings"]
+            prompt = token_count(timings.get("prompt_n")) + token_count(timings.get("cache_n"))
+            self.usage = Usage(prompt, token_count(timings.get("predicted_n")))
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index") not in (0, None):
+                continue
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = choice.get("message")  # a non-streamed completion
+            if isinstance(delta, dict):
+                self._feed_delta(delta, on_text)
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish_reason = choice["finish_reason"]
+
+    def _feed_delta(self, delta: Mapping[str, Any], on_text: Callable[[str], None] | None) -> None:
+        piece = delta.get("content")
+        if isinstance(piece, str) and piece:
+            self.content.append(piece)
+            if on_text is not None:
+                on_text(piece)
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                self.thinking.append(delta[key])
+                break
+        for fragment in delta.get("tool_calls") or []:
+            self.tools.add(fragment)
+
+
+class OpenAIClient(HTTPChatClient):
+    """An OpenAI-compatible server (vLLM, llama.cpp, Ollama's /v1): SSE chat completions.
+
+    The API key is read from the environment variable ``api_key_env`` at each
+    request and sent as a Bearer token; it is never kept on the client, so it
+    cannot end up in a session, a log line or a repr. ``params`` are merged into
+    every request body (``temperature``, ``max_tokens``, ...).
+    """
+
+    provider = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        *,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        params: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | httpx.Timeout | None = None,
+    ) -> None:
+        url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL).rstrip("/")
+        # Accept both the server root and the /v1 URL people copy from docs.
+        url = url.removesuffix("/v1")
+        super().__init__(model, url, retry, timeout)
+        self.api_key_env = api_key_env
+        self.params = dict(params or {})
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "").strip()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _key_env(self) -> str | None:
+        return self.api_key_env
+
+    def _not_found_hint(self) -> str:
+        return f"see the served names at {self.base_url}/v1/models"
+
+    def chat(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        on_retry: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        body: dict[str, Any] = {
+            **self.params,
+            "model": self.model,
+            "messages": [openai_wire_message(m) for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = tools
+        return self._with_retries(lambda: self._chat_once(body, on_text), on_retry)
+
+    def _chat_once(
+        self, body: Mapping[str, Any], on_text: Callable[[str], None] | None
+    ) -> ModelReply:
+        started = time.monotonic()
+        reply = _OpenAIStream()
+        finished = False
+        events = 0
+        with self._stream("/v1/chat/completions", body) as response:
+            if "json" in response.headers.get("content-type", ""):
+                # A server that ignored stream=true answers one chat.completion.
+                chunk = self._json_object(response.read().decode(), "the completion")
+                self._check_chunk(chunk)
+                reply.feed(chunk, on_text)
+                finished = True
+            else:
+                for kind, payload in sse_events(response.iter_lines()):
+                    events += 1
+                    if payload.strip() == "[DONE]":
+                        finished = True
+                        break
+                    chunk = self._json_object(payload, "an SSE event")
+                    if kind == "error":
+                        raise self._in_band_error(chunk)
+                    self._check_chunk(chunk)
+                    reply.feed(chunk, on_text)
+        if not finished and reply.finish_reason is None:
+            if not events:
+                # A complete body with no event in it is not a cut stream: retrying
+                # will not help (a web page, a proxy, the wrong provider).
+                raise self._protocol_error(
+                    f"a 200 reply with no server-sent events in it "
+                    f"(Content-Type {response.headers.get('content-type')!r})"
+                )
+            raise self._ended_early()
+        calls = reply.tools.calls()
+        return ModelReply(
+            message=assistant_message("".join(reply.content), "".join(reply.thinking), calls),
+            usage=reply.usage or Usage(0, 0),
+            done_reason=normalised_done_reason(reply.finish_reason, bool(calls)),
+            model=reply.model or self.model,
+            request_id=response.headers.get("x-request-id") or reply.completion_id,
+            duration=time.monotonic() - started,
+        )
+
+    def _check_chunk(self, chunk: Mapping[str, Any]) -> None:
+        """Raise for an in-band error event, in any of the shapes servers use."""
+        if chunk.get("choices"):
+            return
+        if "error" in chunk or "error_message" in chunk or chunk.get("object") == "error":
+            raise self._in_band_error(chunk)
+
+    def context_length(self) -> int | None:
+        """The context window in tokens, or None if the server does not say.
+
+        vLLM gives ``max_model_len`` in ``/v1/models``. llama.cpp gives the
+        runtime window in ``/props`` and the trained one in
+        ``/v1/models`` ``meta.n_ctx_train``; the runtime one is what counts.
+        """
+        listing = self._fetch_json("GET", "/v1/models", optional=True)
+        entry: dict[str, Any] = {}
+        if isinstance(listing, dict) and isinstance(listing.get("data"), list):
+            models = [m for m in listing["data"] if isinstance(m, dict)]
+            named = [m for m in models if m.get("id") == self.model]
+            # llama.cpp in single-model mode serves whatever name is asked for.
+            entry = named[0] if named else models[0] if len(models) == 1 else {}
+        served = token_count(entry.get("max_model_len"))
+        if served:
+            return served
+        props = self._fetch_json("GET", "/props", optional=True)
+        if isinstance(props, dict):
+            settings = props.get("default_generation_settings")
+            runtime = token_count(settings.get("n_ctx")) if isinstance(settings, dict) else 0
+            if runtime:
+                return runtime
+        meta = entry.get("meta")
+        trained = token_count(meta.get("n_ctx_train")) if isinstance(meta, dict) else 0
+        return trained or None

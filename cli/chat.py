@@ -1,0 +1,315 @@
+"""``ags chat`` (the interactive loop) and ``ags run`` (one turn, for scripts)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agent.errors import ModelError
+from agent.loop import Agent, AgentEvents, TurnResult
+from agent.models import make_client
+from agent.resume import Choice, choose_session
+from agent.sandbox import Sandbox
+from agent.tools import Toolbox
+from objstore import AgsError, Store
+from objstore.resolve import project_root
+
+from .app import cli, open_store
+from .history import entry_lines
+from .output import emit_json, first_line, relative_time, short, style, tool_call_summary
+
+EXIT_INTERRUPTED = 130
+EXIT_STOPPED = 3  # the loop gave the turn back early (too many steps)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    resume: str | None
+    continue_latest: bool
+    model: str | None
+    provider: str
+    base_url: str | None
+    max_context_tokens: int | None
+    image: str | None
+    network: bool
+    project: str | None
+
+
+def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options ``chat`` and ``run`` share, gathered into one AgentOptions."""
+    options = [
+        click.option("--resume", metavar="SPEC",
+                     help="Continue a session, or fork at a node or tag."),
+        click.option("--continue", "continue_latest", is_flag=True,
+                     help="Continue the most recent session of this project."),
+        click.option("--model", envvar="AGS_MODEL", help="Model name (default: gemma4)."),
+        click.option("--provider", type=click.Choice(["ollama", "openai"]), default="ollama",
+                     envvar="AGS_PROVIDER", show_default=True, help="Wire format of the server."),
+        click.option("--base-url", envvar="AGS_BASE_URL",
+                     help="Model server (default: $OLLAMA_HOST or localhost:11434; "
+                          "$OPENAI_BASE_URL for openai)."),
+        click.option("--max-context-tokens", type=click.IntRange(min=256),
+                     help="Context budget; compaction at 80% (default: the model's)."),
+        click.option("--image", envvar="AGS_IMAGE", help="Sandbox image."),
+        click.option("--network", is_flag=True, help="Give the sandbox a network."),
+        click.option("--project", type=click.Path(file_okay=False),
+                     help="Project directory (default: here, checked against the session's)."),
+    ]  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        names = AgentOptions.__slots__
+        opts = AgentOptions(**{n: kwargs.pop(n) for n in names})
+        return command(*args, opts=opts, **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+class TerminalEvents(AgentEvents):
+    """Streams the answer to stdout, everything else to stderr; asks before mutating tools."""
+
+    def __init__(self, *, yes_tools: bool, stream: bool = True) -> None:
+        self.yes_tools = yes_tools
+        self.stream = stream
+        self.ask = sys.stdin.isatty()
+
+    def text(self, fragment: str) -> None:
+        if self.stream:
+            click.echo(fragment, nl=False)
+
+    def notice(self, message: str) -> None:
+        click.echo(style(f"ags: {message}", dim=True), err=True)
+
+    def tool_started(self, name: str, arguments: Any) -> None:
+        call = {"name": name, "arguments": arguments}
+        click.echo(style(f"\n-> {tool_call_summary(call)}", fg="magenta"), err=True)
+
+    def tool_finished(self, name: str, content: str, ok: bool) -> None:
+        mark = "ok" if ok else "failed"
+        click.echo(style(f"   {mark}: {first_line(content, 100)}", dim=True), err=True)
+
+    def approve(self, name: str, arguments: Any) -> str:
+        if self.yes_tools:
+            return "yes"
+        if not self.ask:
+            self.notice(f"{name} needs approval: refused (no terminal; pass --yes-tools)")
+            return "no"
+        call = tool_call_summary({"name": name, "arguments": arguments})
+        answer = click.prompt(
+            f"run {call}? [y]es / [n]o / [a]lways for {name}",
+            type=click.Choice(["y", "n", "a", "yes", "no", "always"]),
+            show_choices=False,
+            err=True,
+        )
+        return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+
+
+@contextmanager
+def running_agent(
+    store: Store, opts: AgentOptions, events: AgentEvents
+) -> Iterator[tuple[Agent, Choice]]:
+    """A fresh sandbox, the session chosen with its writer lock held, unanswered
+    tool calls recovered; everything let go on the way out. The sandbox comes
+    first: without a Docker engine nothing is written."""
+    project = Path(project_root(opts.project))
+    with Sandbox.start(project, opts.image, opts.network) as sandbox:
+        choice = choose_session(
+            store,
+            resume=opts.resume,
+            continue_latest=opts.continue_latest,
+            project=opts.project,
+            model=opts.model,
+        )
+        client = make_client(opts.provider, opts.base_url, opts.model)
+        try:
+            toolbox = Toolbox(choice.project, sandbox, {})
+            agent = Agent(store, choice.session, client, toolbox, events)  # the writer lock
+            try:
+                agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
+                agent.recover()
+                store.checkout(choice.session, root=choice.project)
+                yield agent, choice
+            finally:
+                agent.close()
+        finally:
+            client.close()
+
+
+def _model_context(client: Any) -> int | None:
+    try:
+        length = client.context_length()
+    except ModelError:
+        return None  # the first chat call will say what is wrong, more precisely
+    return int(length) if length else None
+
+
+@cli.command()
+@agent_options
+@click.option("--yes-tools", is_flag=True, help="Run mutating tools without asking.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary, not the stream.")
+@click.argument("prompt")
+@click.pass_context
+def run(
+    ctx: click.Context, prompt: str, yes_tools: bool, as_json: bool, opts: AgentOptions
+) -> None:
+    """One turn, for scripts: PROMPT goes to the model, tools run, the answer streams.
+
+    Exit status: 0 the model finished; 1 an error (one line on stderr);
+    3 stopped early (too many steps); 130 interrupted. Without a terminal,
+    mutating tools are refused unless --yes-tools.
+
+    \b
+    Examples:
+      ags run "list the files" --yes-tools
+      ags run --continue "now run the tests" --json
+      ags run --resume 3f2a~2 "try another way"    # forks there
+    """
+    store = open_store(ctx)
+    events = TerminalEvents(yes_tools=yes_tools, stream=not as_json)
+    with running_agent(store, opts, events) as (agent, choice):
+        if choice.how == "forked":
+            events.notice(f"forked into new session {choice.session}")
+        result = agent.turn(prompt)
+        state = agent.state
+    if as_json:
+        emit_json({
+            "session": choice.session,
+            "how": choice.how,
+            "reply": result.reply,
+            "done_reason": result.done_reason,
+            "stopped": result.stopped,
+            "model_calls": result.model_calls,
+            "tool_calls": result.tool_calls,
+            "usage": state.get("usage"),
+            "retries": state.get("retries"),
+        })  # fmt: skip
+    elif result.reply and not result.reply.endswith("\n"):
+        click.echo()
+    ctx.exit(_exit_status(result))
+
+
+def _exit_status(result: TurnResult) -> int:
+    if result.stopped == "interrupted":
+        return EXIT_INTERRUPTED
+    return 0 if result.stopped is None else EXIT_STOPPED
+
+
+CHAT_HELP = """\
+\\help             this list
+\\sessions         recent sessions
+\\info             this session
+\\title NAME       rename this session
+\\fork             fork here; prints the new id (resume it with ags chat --resume ID)
+\\compact [focus]  summarise older turns now
+\\log              the last messages
+\\rewind N         go back N messages (undo: ags rewind ID ID@{1})
+\\exit             leave (Ctrl-D too)"""
+
+
+@cli.command()
+@agent_options
+@click.pass_context
+def chat(ctx: click.Context, opts: AgentOptions) -> None:
+    """The interactive agent: talk, and it works in a sandbox over your project.
+
+    Every message is saved as it completes; Ctrl-C stops the current answer or
+    tool and keeps everything so far; a crash loses nothing and the next
+    resume marks unfinished tool calls. Type \\help for commands.
+
+    \b
+    Examples:
+      ags chat
+      ags chat --continue
+      ags chat --resume 3f2a~4 --model qwen3 --provider openai --base-url http://localhost:8000
+    """
+    store = open_store(ctx)
+    events = TerminalEvents(yes_tools=False)
+    with running_agent(store, opts, events) as (agent, choice):
+        info = store.session(choice.session)
+        click.echo(
+            f"ags chat: session {short(info.id)} ({choice.how}, {info.messages} messages) "
+            f"with {agent.client.model}; \\help for commands",
+            err=True,
+        )
+        while True:
+            try:
+                line = input(style("> ", bold=True))
+            except (EOFError, KeyboardInterrupt):
+                click.echo(err=True)
+                break
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("\\"):
+                if not _chat_command(store, agent, line):
+                    break
+                continue
+            try:
+                result = agent.turn(line)
+            except AgsError as e:  # the model failed, the context is full: the chat goes on
+                click.echo(f"\nags: {e}", err=True)
+                continue
+            click.echo()
+            if result.stopped:
+                events.notice(f"turn stopped: {result.stopped}")
+
+
+def _chat_command(store: Store, agent: Agent, line: str) -> bool:
+    """Run one backslash command; False to leave the chat."""
+    name, _, arg = line[1:].partition(" ")
+    arg = arg.strip()
+    sid = agent.sid
+    try:
+        if name in ("exit", "quit", "q"):
+            return False
+        if name == "help":
+            click.echo(CHAT_HELP)
+        elif name == "sessions":
+            for s in store.sessions()[:15]:
+                mark = "*" if s.id == sid else " "
+                click.echo(f"{mark} {short(s.id)}  {(s.title or '(untitled)')[:40]:<40}  "
+                           f"{relative_time(s.updated)}")  # fmt: skip
+        elif name == "info":
+            s = store.session(sid)
+            usage = agent.state.get("usage", {})
+            click.echo(f"session {s.id}  {s.title or '(untitled)'}\n"
+                       f"{s.messages} messages, about {agent.context_tokens()} tokens in context"
+                       f" (limit {agent.max_context_tokens or 'unknown'})\n"
+                       f"tokens used: {usage.get('prompt_tokens', 0)} in, "
+                       f"{usage.get('completion_tokens', 0)} out; "
+                       f"retries {agent.state.get('retries', 0)}")  # fmt: skip
+        elif name == "title":
+            if not arg:
+                raise click.UsageError("\\title needs a NAME")
+            store.set_title(sid, arg)
+            click.echo(f"title: {arg}")
+        elif name == "fork":
+            click.echo(f"forked: {store.fork(sid)} (ags chat --resume that id)")
+        elif name == "compact":
+            agent.compact(arg or None)
+        elif name == "log":
+            entries = list(store.log(sid))[:10][::-1]
+            for entry in entries:
+                click.echo("\n".join(entry_lines(entry, oneline=True)))
+        elif name == "rewind":
+            steps = int(arg) if arg.isdigit() else 0
+            if steps < 1:
+                raise click.UsageError("\\rewind needs a number of messages, like \\rewind 2")
+            node = agent.rewind(steps)
+            click.echo(
+                f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}"
+            )
+        else:
+            click.echo(f"unknown command \\{name}; \\help lists them", err=True)
+    except (AgsError, click.UsageError) as e:
+        click.echo(f"ags: {e}", err=True)
+    return True

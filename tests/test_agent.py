@@ -1,0 +1,418 @@
+"""The agent loop end to end: the installed ``ags`` script, a real Docker sandbox,
+and a model server on 127.0.0.1 speaking the real wire formats.
+
+The model is the only fake (no LLM runs here); it is scripted per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from conftest import tree_snapshot
+from docker_fixture import require_docker
+from model_server import FakeModelServer
+
+from agent.loop import UNKNOWN_OUTCOME
+from objstore import Store
+from objstore.fsck import check_store
+
+AGS = str(Path(sys.executable).with_name("ags"))
+
+
+@pytest.fixture
+def image() -> str:
+    return require_docker()
+
+
+@pytest.fixture
+def server():
+    with FakeModelServer() as s:
+        yield s
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    p = tmp_path / "project"
+    p.mkdir()
+    (p / "README.md").write_text("# demo\n")
+    return p
+
+
+def env_for(tmp_path: Path, server: FakeModelServer, image: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "AGS_STORE": str(tmp_path / "store"),
+        "AGS_BASE_URL": server.url,
+        "AGS_IMAGE": image,
+    }
+    env.pop("OLLAMA_HOST", None)
+    return env
+
+
+def ags(
+    env: dict[str, str], cwd: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [AGS, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def messages(store_path: Path, sid: str) -> list[dict[str, Any]]:
+    with Store.open(store_path) as s:
+        return [e.message for e in s.log(sid)][::-1]
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def remove_containers(project: Path) -> None:
+    """Containers a killed ags left behind (it cannot remove its own after SIGKILL)."""
+    client = docker.from_env()
+    try:
+        for c in client.containers.list(all=True, filters={"label": f"ags.project={project}"}):
+            c.remove(force=True)
+    finally:
+        client.close()
+
+
+def wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting")
+        time.sleep(0.05)
+
+
+# -- a working session -----------------------------------------------------------
+
+
+def test_multi_turn_session_with_tools_that_change_the_project(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add(
+        {
+            "text": "Writing it.",
+            "tool_calls": [call("write_file", path="hello.txt", content="hi\n")],
+        },
+        {"tool_calls": [call("shell", command="cat hello.txt && echo made > made.txt")]},
+        {"text": "Done: hello.txt and made.txt."},
+    )
+    first = ags(env, project, "run", "make two files", "--yes-tools", "--json")
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert out["reply"] == "Done: hello.txt and made.txt." and out["tool_calls"] == 2
+    assert (project / "hello.txt").read_text() == "hi\n"
+    assert (project / "made.txt").read_text() == "made\n"
+    sid = out["session"]
+
+    server.add({"text": "Still here."})
+    second = ags(env, project, "run", "--continue", "anything else?", "--yes-tools")
+    assert second.returncode == 0, second.stderr
+    assert "Still here." in second.stdout
+
+    roles = [m["role"] for m in messages(tmp_path / "store", sid)]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant",
+                     "user", "assistant"]  # fmt: skip
+    shell_result = messages(tmp_path / "store", sid)[4]
+    assert shell_result["name"] == "shell" and "hi" in shell_result["content"]
+    # The model saw the whole conversation, system prompt first and never stored.
+    last = server.chat_bodies()[-1]["messages"]
+    assert last[0]["role"] == "system"
+    assert [m["role"] for m in last[1:]] == roles[:-1]
+    assert all(m["role"] != "system" for m in messages(tmp_path / "store", sid))
+    with Store.open(tmp_path / "store") as s:
+        state = s.state(sid)
+        assert state["tool_calls"] == {"write_file": 1, "shell": 1}
+        assert state["usage"]["prompt_tokens"] > 0 and state["usage"]["completion_tokens"] > 0
+        assert s.session(sid).root == str(project)
+        assert s.head(project).session == sid  # HEAD follows the chat
+
+
+def test_mutating_tools_are_refused_without_approval(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add({"tool_calls": [call("write_file", path="x.txt", content="no")]}, {"text": "ok"})
+    proc = ags(env, project, "run", "write x", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert not (project / "x.txt").exists()
+    sid = json.loads(proc.stdout)["session"]
+    assert "declined" in messages(tmp_path / "store", sid)[2]["content"]
+
+
+def test_openai_wire_format_works_too(tmp_path, image, project):
+    with FakeModelServer(flavor="vllm", models=("qwen3",)) as server:
+        env = env_for(tmp_path, server, image)
+        server.add(
+            {"tool_calls": [call("list_files", path=".")]},
+            {"text": "There is a README."},
+        )
+        proc = ags(env, project, "run", "what is here?", "--provider", "openai",
+                   "--model", "qwen3", "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["reply"] == "There is a README."
+        assert server.chat_bodies()[0]["stream"] is True
+
+
+# -- crashes, interrupts, retries -------------------------------------------------
+
+
+def start_run(env, project, *args):
+    return subprocess.Popen(
+        [AGS, "run", *args], env=env, cwd=project, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+
+def last_role(store_path: Path) -> str | None:
+    try:
+        with Store.open(store_path) as s:
+            rows = s.sessions()
+            if not rows or rows[0].head is None:
+                return None
+            return s.blob(s.node(rows[0].head).content).get("role")
+    except Exception:
+        return None
+
+
+def test_kill_9_in_the_middle_of_a_tool_then_resume(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    server.add(
+        {
+            "text": "Sleeping.",
+            "tool_calls": [call("shell", command="sleep 60; echo late > late.txt")],
+        }
+    )
+    proc = start_run(env, project, "take a nap", "--yes-tools")
+    try:
+        wait_for(lambda: last_role(store_path) == "assistant")  # the tool call is running
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        remove_containers(project)
+    with Store.open(store_path) as s:
+        sid = s.sessions()[0].id
+    before = messages(store_path, sid)
+    assert [m["role"] for m in before] == ["user", "assistant"]
+
+    server.add({"text": "I will check the workspace first."})
+    resumed = ags(env, project, "run", "--resume", sid, "what happened?", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    after = messages(store_path, sid)
+    assert after[:2] == before  # nothing lost
+    assert after[2]["role"] == "tool" and after[2]["content"] == UNKNOWN_OUTCOME
+    assert after[2]["tool_call_id"] == before[1]["tool_calls"][0]["id"]
+    assert [m["role"] for m in after[3:]] == ["user", "assistant"]
+    assert not (project / "late.txt").exists()  # never replayed
+    with Store.open(store_path) as s:
+        assert check_store(s).ok
+
+
+def test_ctrl_c_during_a_tool_keeps_everything_and_resumes_cleanly(
+    tmp_path, server, image, project
+):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    server.add({"tool_calls": [call("shell", command="sleep 60"), call("shell", command="true")]})
+    proc = start_run(env, project, "nap", "--yes-tools")
+    wait_for(lambda: last_role(store_path) == "assistant")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130, proc.stderr.read()
+    with Store.open(store_path) as s:
+        sid = s.sessions()[0].id
+    results = [m for m in messages(store_path, sid) if m["role"] == "tool"]
+    assert "Interrupted by the user" in results[0]["content"]
+    assert "Not run" in results[1]["content"]
+    server.add({"text": "fine"})
+    resumed = ags(env, project, "run", "--continue", "go on")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "outcome" not in resumed.stderr  # nothing was left unanswered
+    assert not any(m.get("content") == UNKNOWN_OUTCOME for m in messages(store_path, sid))
+
+
+def test_a_dropped_stream_is_retried_counted_and_not_duplicated(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add(
+        {"text": "hello there world", "chunks": 3, "drop_after": 1},
+        {"text": "hello there world", "chunks": 3},
+    )
+    proc = ags(env, project, "run", "hi", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["reply"] == "hello there world" and out["retries"] == 1
+    assistant = [
+        m for m in messages(tmp_path / "store", out["session"]) if m["role"] == "assistant"
+    ]
+    assert [m["content"] for m in assistant] == ["hello there world"]
+    bodies = server.chat_bodies()
+    assert len(bodies) == 2 and bodies[0] == bodies[1]  # the retry asked the same thing
+
+
+def test_a_model_that_is_not_there_is_a_clear_error(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    proc = ags(env, project, "run", "hi", "--model", "nope")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("ags: ") and "nope" in proc.stderr and "not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -- compaction ----------------------------------------------------------------------
+
+
+def test_automatic_compaction_then_resume(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    words = "lorem ipsum dolor sit amet " * 40  # ~1,000 characters a message
+    budget = "3000"
+    sid = None
+    compacted_at = None
+    for turn in range(8):
+        server.add({"text": f"answer {turn}: {words}"})
+        args = ["run", f"question {turn}: {words}", "--max-context-tokens", budget, "--json"]
+        if sid:
+            args[1:1] = ["--resume", sid]
+        proc = ags(env, project, *args)
+        assert proc.returncode == 0, proc.stderr
+        sid = json.loads(proc.stdout)["session"]
+        with Store.open(store_path) as s:
+            if any(e.node.is_compaction for e in s.log(sid)):
+                compacted_at = turn
+                break
+        # the summary request takes the next reply in the queue: give it a short one
+        server.add({"text": f"summary after turn {turn}"})
+        server.pending  # noqa: B018
+    assert compacted_at is not None, "no compaction happened"
+    with Store.open(store_path) as s:
+        log = list(s.log(sid))
+        context = s.context(sid)
+        users = [e.message["content"] for e in log if e.message.get("role") == "user"]
+        assert all(f"question {t}: " in "".join(users) for t in range(compacted_at + 1))
+        assert context[0]["content"].startswith("Summary of the conversation so far")
+        assert context[1]["content"].startswith(f"question {compacted_at}")
+        state = s.state(sid)
+    # The summary call's tokens count too.
+    total_completion = sum(e.node.meta.get("usage", {}).get("completion_tokens", 0) for e in log)
+    assert state["usage"]["completion_tokens"] == total_completion
+    server.add({"text": "resumed after compaction"})
+    proc = ags(env, project, "run", "--resume", sid, "go on", "--max-context-tokens", budget)
+    assert proc.returncode == 0, proc.stderr
+    sent = server.chat_bodies()[-1]["messages"]
+    assert sent[0]["role"] == "system" and sent[1]["content"].startswith("Summary of")
+
+
+def test_a_summary_that_does_not_shrink_changes_nothing_and_the_loop_stops(
+    tmp_path, server, image, project
+):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    words = "lorem ipsum dolor sit amet " * 40
+    server.add({"text": "first"})
+    proc = ags(env, project, "run", f"one {words}", "--json")
+    sid = json.loads(proc.stdout)["session"]
+    server.add({"text": "second"})
+    ags(env, project, "run", "--resume", sid, f"two {words}")
+    before = messages(store_path, sid)
+    server.add({"text": words * 10})  # the "summary": longer than what it summarises
+    proc = ags(env, project, "run", "--resume", sid, f"three {words}",
+               "--max-context-tokens", "1600")  # fmt: skip
+    assert proc.returncode == 1
+    assert "did not shrink" in proc.stderr and "even after compaction" in proc.stderr
+    after = messages(store_path, sid)
+    assert after[: len(before)] == before and len(after) == len(before) + 1  # only the question
+    with Store.open(store_path) as s:
+        assert not any(e.node.is_compaction for e in s.log(sid))
+
+
+# -- forks, locks, archive, project --------------------------------------------------
+
+
+def test_fork_in_the_middle_and_continue_both_branches(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    sid = None
+    for turn in range(3):
+        server.add({"text": f"answer {turn}"})
+        args = ["run", f"question {turn}", "--json"] + (["--resume", sid] if sid else [])
+        sid = json.loads(ags(env, project, *args).stdout)["session"]
+    server.add({"text": "branch answer"})
+    forked = json.loads(ags(env, project, "run", "--resume", f"{sid}~2", "branch", "--json").stdout)
+    assert forked["how"] == "forked" and forked["session"] != sid
+    server.add({"text": "main answer"})
+    main = json.loads(ags(env, project, "run", "--resume", sid, "main", "--json").stdout)
+    assert main["session"] == sid
+    branch = [m["content"] for m in messages(store_path, forked["session"])]
+    trunk = [m["content"] for m in messages(store_path, sid)]
+    assert branch == trunk[:4] + ["branch", "branch answer"]
+    assert trunk[-2:] == ["main", "main answer"] and len(trunk) == 8
+
+
+def test_a_second_chat_on_an_open_session_is_refused(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add({"text": "hi"})
+    sid = json.loads(ags(env, project, "run", "hello", "--json").stdout)["session"]
+    chat = subprocess.Popen(
+        [AGS, "chat", "--resume", sid], env=env, cwd=project, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        banner = chat.stderr.readline()
+        assert "ags chat: session" in banner
+        second = ags(env, project, "run", "--resume", sid, "me too")
+        assert second.returncode == 1
+        assert f"process {chat.pid}" in second.stderr and second.stderr.count("\n") == 1
+        chat.stdin.write("\\title renamed\n\\info\n\\exit\n")
+        chat.stdin.flush()
+        assert chat.wait(timeout=30) == 0
+        assert "title: renamed" in chat.stdout.read()
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            remove_containers(project)
+
+
+def test_an_archived_session_cannot_be_resumed(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add({"text": "hi"})
+    sid = json.loads(ags(env, project, "run", "hello", "--json").stdout)["session"]
+    assert ags(env, project, "archive", sid).returncode == 0
+    before = tree_snapshot(tmp_path / "store")
+    proc = ags(env, project, "run", "--resume", sid, "again")
+    assert proc.returncode == 1 and "archived" in proc.stderr and "unarchive" in proc.stderr
+    assert tree_snapshot(tmp_path / "store") == before
+
+
+def test_resume_checks_the_project_root(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    server.add({"text": "hi"})
+    sid = json.loads(ags(env, project, "run", "hello", "--json").stdout)["session"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = ags(env, elsewhere, "run", "--resume", sid, "again")
+    assert proc.returncode == 1 and str(project) in proc.stderr and "--project" in proc.stderr
+    server.add({"text": "ok"})
+    proc = ags(env, elsewhere, "run", "--resume", sid, "again", "--project", str(project))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_without_docker_chat_says_so_and_management_still_works(tmp_path, server, project):
+    env = {**env_for(tmp_path, server, "none"), "DOCKER_HOST": "unix:///nonexistent.sock"}
+    proc = ags(env, project, "run", "hello")
+    assert proc.returncode == 1 and "no Docker engine" in proc.stderr
+    assert not (tmp_path / "store" / "refs" / "sessions").exists() or not list(
+        (tmp_path / "store" / "refs" / "sessions").iterdir()
+    )
+    with Store.open(tmp_path / "store") as s:
+        sid = s.new_session(title="kept")
+    for args in (["sessions"], ["info", sid], ["fsck"], ["du"]):
+        assert ags(env, project, *args).returncode == 0
