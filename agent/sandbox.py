@@ -146,6 +146,37 @@ def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + cut_marker(cut, "characters") + text[len(text) - tail :], True
 
 
+def remove_orphans(client: docker.DockerClient) -> int:
+    """Remove the sandboxes that ags processes on this host left when they were
+    killed (SIGKILL gives no chance to clean up); return how many went."""
+    host, removed = socket.gethostname(), 0
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"ags.host={host}"})
+    except Exception:
+        return 0  # tidying up must never stop a start
+    for container in containers:
+        try:
+            pid = int(container.labels.get("ags.pid", ""))
+        except ValueError:
+            continue
+        if LABEL not in container.labels or _alive(pid):
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Sandbox:
     """One session's container. Make it with :meth:`start`; use it as a context manager."""
 
@@ -195,6 +226,7 @@ class Sandbox:
         image = image or default_image()
         owns_client = client is None
         client = client or connect()
+        remove_orphans(client)
         labels = {
             LABEL: "1",
             "ags.project": str(root),

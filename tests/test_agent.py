@@ -76,6 +76,14 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
+def sandboxes_of(project: Path) -> list[Any]:
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": f"ags.project={project}"})
+    finally:
+        client.close()
+
+
 def remove_containers(project: Path) -> None:
     """Containers a killed ags left behind (it cannot remove its own after SIGKILL)."""
     client = docker.from_env()
@@ -198,8 +206,10 @@ def test_kill_9_in_the_middle_of_a_tool_then_resume(tmp_path, server, image, pro
         time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-    finally:
+        assert len(sandboxes_of(project)) == 1  # left behind: SIGKILL allows no clean-up
+    except BaseException:
         remove_containers(project)
+        raise
     with Store.open(store_path) as s:
         sid = s.sessions()[0].id
     before = messages(store_path, sid)
@@ -214,6 +224,7 @@ def test_kill_9_in_the_middle_of_a_tool_then_resume(tmp_path, server, image, pro
     assert after[2]["tool_call_id"] == before[1]["tool_calls"][0]["id"]
     assert [m["role"] for m in after[3:]] == ["user", "assistant"]
     assert not (project / "late.txt").exists()  # never replayed
+    assert sandboxes_of(project) == []  # the next start removed the orphan, then its own
     with Store.open(store_path) as s:
         assert check_store(s).ok
 
@@ -416,3 +427,40 @@ def test_without_docker_chat_says_so_and_management_still_works(tmp_path, server
         sid = s.new_session(title="kept")
     for args in (["sessions"], ["info", sid], ["fsck"], ["du"]):
         assert ags(env, project, *args).returncode == 0
+
+
+def test_chat_backslash_commands(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    server.add(
+        {"text": "hi there " + "and a long story " * 100},
+        {"text": "second answer"},
+        {"text": "they said hello twice"},  # the summary \compact asks for
+    )
+    script = "\n".join([
+        "hello", "\\title greetings", "\\info", "\\sessions", "\\log", "\\fork",
+        "and again", "\\compact the greetings", "\\rewind 1", "\\help", "\\bogus", "\\exit",
+    ]) + "\n"  # fmt: skip
+    proc = subprocess.run(
+        [AGS, "chat"], env=env, cwd=project, input=script, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out, err = proc.stdout, proc.stderr
+    assert "hi there" in out and "second answer" in out
+    assert "title: greetings" in out and "tokens used:" in out
+    assert "\\compact [focus]" in out  # \help
+    assert "unknown command \\bogus" in err
+    with Store.open(store_path) as s:
+        rows = s.sessions()
+        main = next(r for r in rows if r.title == "greetings")
+        fork = next(r for r in rows if r.id != main.id)
+        assert f"forked: {fork.id}" in out
+        assert fork.messages == 2  # forked after the first answer
+        log = list(s.log(main.id))
+        # \rewind 1 went back past the compaction node to the last answer
+        assert log[0].message["content"] == "second answer"
+        assert any(e.node.is_compaction for e in s.log(f"{main.id}@{{1}}"))
+        compaction = next(e for e in s.log(f"{main.id}@{{1}}") if e.node.is_compaction)
+        assert compaction.node.meta["focus"] == "the greetings"
+    assert "Focus on: the greetings" in server.chat_bodies()[2]["messages"][-1]["content"]
