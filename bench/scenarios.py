@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import random
 import statistics
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from objstore import SessionInfo, Store
+from objstore.search import SearchIndex
 
 from .conversations import Conversation, Message, Project, summary_text
 from .jsonl_store import JsonlStore
@@ -36,8 +38,10 @@ class Sizes:
     tree_messages: int = 600
     tree_forks: int = 30
     fork_appends: int = 30
-    listed_sessions: int = 1000
-    listing_runs: int = 7
+    listed_sessions: int = 10000
+    listing_runs: int = 5
+    searched_sessions: int = 1000
+    search_runs: int = 7
 
 
 DEFAULT_SIZES = Sizes()
@@ -53,6 +57,8 @@ QUICK_SIZES = Sizes(
     fork_appends=5,
     listed_sessions=50,
     listing_runs=2,
+    searched_sessions=30,
+    search_runs=2,
 )
 
 
@@ -339,6 +345,62 @@ def list_sessions(base: Path, sizes: Sizes, project: Project) -> Outcome:
     return Outcome([row], note)
 
 
+# -- 6. search ----------------------------------------------------------------------
+
+
+def search_sessions(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Time to find which sessions mention an identifier: ``ags search`` against
+    ``grep -rlF`` over the JSONL files, the way people search agent logs today."""
+    conversation, rng = Conversation(project, seed=6), random.Random(6)
+    sessions = [conversation.take(rng.randint(10, 30)) for _ in range(sizes.searched_sessions)]
+    ags_path, jsonl_path = base / "ags", base / "jsonl"
+    with Store.open(ags_path) as store, store.batch():
+        for messages in sessions:
+            sid = store.new_session()
+            _append_all(store, sid, messages)
+            store.release(sid)
+    with JsonlStore(jsonl_path) as jsonl:
+        for messages in sessions:
+            jsonl.append_many(jsonl.new_session(), messages)
+    word = _rare_identifier(sessions[len(sessions) // 2])
+
+    def ags_search() -> int:
+        with Store.open(ags_path) as store, SearchIndex(store) as index:
+            return len({hit.session for hit in index.search(word, limit=1_000_000)})
+
+    def grep() -> int:
+        found = subprocess.run(
+            ["grep", "-rlF", word, str(jsonl_path)], capture_output=True, text=True
+        )
+        return len(found.stdout.split())
+
+    first_s, first_count = timed(ags_search)  # builds the index
+    _check_same(f"sessions mentioning {word!r}", first_count, grep())
+    ags_s, grep_s = paired_medians(ags_search, grep, sizes.search_runs)
+    n = len(sessions)
+    rows = [
+        Row("search_cold", f"search {n:,} sessions, first time", "s", first_s, grep_s,
+            "report only", None),
+        Row("search", f"search {n:,} sessions", "s", ags_s, grep_s, "ags <= grep", ags_s <= grep_s),
+    ]  # fmt: skip
+    note = (
+        f"search: {n:,} sessions of 10-30 messages; which sessions mention {word!r} "
+        f"({first_count} do). ags opens the store and its index, refreshes it and queries "
+        "(the first time builds the index from the objects); grep -rlF runs over the "
+        f"JSONL files as a process; median of {sizes.search_runs}"
+    )
+    return Outcome(rows, note)
+
+
+def _rare_identifier(messages: list[Message]) -> str:
+    """An identifier the generator made up for this session (so few others hold it)."""
+    for message in messages:
+        text = message.get("content") or ""
+        if isinstance(text, str) and text.startswith("Let me look at "):
+            return text.split()[4]
+    raise BenchmarkError("no identifier to search for")
+
+
 def _ags_sessions(path: Path) -> list[SessionInfo]:
     with Store.open(path) as store:
         return store.sessions()
@@ -355,4 +417,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     fork_long_session,
     fork_tree,
     list_sessions,
+    search_sessions,
 )

@@ -33,8 +33,10 @@ refreshing at once take turns and the later ones find nothing left to do.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -47,6 +49,7 @@ from .errors import AgsError, InvalidInput
 from .store import SessionInfo, Store
 
 SCHEMA_VERSION: Final = 1
+STAMP_SETTLE_S: Final = 2.0  # see SearchIndex._refs_stamp
 INDEX_PATH: Final = Path("cache") / "search.sqlite"
 BUSY_TIMEOUT_S: Final = 60.0
 SNIPPET_TOKENS: Final = 16
@@ -385,16 +388,49 @@ class SearchIndex:
         return {sid: _Indexed(rowid, head, bool(arch), why) for sid, rowid, head, arch, why in rows}
 
     def _refresh(self) -> RefreshStats:
+        stamp = self._refs_stamp()
+        if stamp is not None and stamp == self._stored_stamp():
+            indexed = self._indexed()
+            return RefreshStats(sessions=len(indexed), failed=_failures(indexed))
         listed = self.store.sessions(include_archived=True)
         indexed = self._indexed()
         if len(indexed) == len(listed) and all(
             (i := indexed.get(s.id)) is not None and (i.head, i.archived) == (s.head, s.archived)
             for s in listed
         ):
-            return RefreshStats(sessions=len(listed), failed=_failures(indexed))
-        with self._writing():
-            # Read both again under the write lock: another process may have done it.
-            return self._update(self.store.sessions(include_archived=True), self._indexed())
+            stats = RefreshStats(sessions=len(listed), failed=_failures(indexed))
+        else:
+            with self._writing():
+                # Read both again under the write lock: another process may have done it.
+                listed = self.store.sessions(include_archived=True)
+                stats = self._update(listed, self._indexed())
+        if stamp is not None:
+            with self._writing():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('refs', ?)", (stamp,))
+        return stats
+
+    def _refs_stamp(self) -> str | None:
+        """When the session refs last changed, if that is long enough ago to trust.
+
+        Every change of a session ref (an append, a title, an archive, a
+        delete) renames a file into or out of ``refs/sessions/``, which sets
+        that directory's mtime. File times tick coarsely (a few milliseconds),
+        so a stamp younger than STAMP_SETTLE_S could hide a later change in the
+        same tick: such a stamp is not used, as Git treats a "racy" index entry.
+        Taken before the refs are read, a stamp never covers a change the
+        read missed.
+        """
+        try:
+            st = os.stat(self.store.path / "refs" / "sessions")
+        except OSError:
+            return None
+        if time.time() - st.st_mtime < STAMP_SETTLE_S:
+            return None
+        return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+
+    def _stored_stamp(self) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'refs'").fetchone()
+        return str(row[0]) if row else None
 
     def _update(self, listed: list[SessionInfo], indexed: dict[str, _Indexed]) -> RefreshStats:
         db = self._db

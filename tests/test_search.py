@@ -4,6 +4,7 @@ the index is a cache: refreshed incrementally, rebuilt from the objects at will.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import sqlite3
 import subprocess
@@ -576,3 +577,25 @@ def test_search_hit_is_a_frozen_value() -> None:
     with pytest.raises(AttributeError):
         hit.snippet = "x"  # type: ignore[misc]
     assert hit.marked("<", ">") == "a <b>"
+
+
+def test_a_quiet_store_is_refreshed_with_one_stat_and_a_change_is_still_seen(
+    store, index, monkeypatch
+):
+    sid = store.new_session()
+    store.append(sid, user("first words"))
+    index.refresh()
+    refs = store.path / "refs" / "sessions"
+    old = refs.stat().st_mtime - 3600
+    os.utime(refs, (old, old))  # as if nothing had changed for an hour
+    index.refresh()  # trusts the directory's stamp from now on
+
+    def no_listing(*args, **kwargs):
+        raise AssertionError("the refs were read although none changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "sessions", no_listing)
+        assert index.refresh().sessions == 1
+        assert found(index, "first")
+    store.append(sid, user("second words"))  # renames the ref: the stamp moves
+    assert {n for _s, n in found(index, "second")} == {store.resolve(sid)}
