@@ -252,8 +252,7 @@ class Agent:
 
         def on_retry(reason: str) -> None:
             streamed.clear()  # a retried stream starts over: nothing is kept twice
-            self.state["retries"] = int(self.state.get("retries", 0)) + 1
-            self.events.notice(f"retrying the model call: {reason}")
+            self._count_retry(reason)
 
         messages = self._prompt()
         try:
@@ -367,7 +366,8 @@ class Agent:
             {"role": "user", "content": ask},
         ]
         try:
-            answer = self.client.chat(request, None, None, self._count_retry)
+            with self.interrupts.interruptible():  # Ctrl-C: no summary, nothing changed
+                answer = self.client.chat(request, None, None, self._count_retry)
         except ModelError as e:
             self.events.notice(f"compaction failed, nothing changed: {e}")
             return False

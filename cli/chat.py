@@ -312,4 +312,6 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
             click.echo(f"unknown command \\{name}; \\help lists them", err=True)
     except (AgsError, click.UsageError) as e:
         click.echo(f"ags: {e}", err=True)
+    except KeyboardInterrupt:
+        click.echo("ags: interrupted; nothing changed", err=True)
     return True

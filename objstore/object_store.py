@@ -8,8 +8,8 @@ Where objects go:
 * ``put(..., pack=False)`` writes one loose file
   (``objects/<2 hex>/<62 hex>``) with the atomic-replace protocol, durable
   when it returns. Loose files pay for a few objects written outside a
-  stream (and map one to one onto an object store's keys); a future gc will
-  fold them into packs.
+  stream (and map one to one onto an object store's keys); gc folds them
+  into a pack.
 
 Writing an object that already exists is a no-op, unless the only copy is
 older than FRESHEN_AFTER: then it is written again into this handle's pack.
@@ -37,8 +37,9 @@ from .repack import packs_to_merge
 
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
+# gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
 MIN_GRACE: Final = 2 * FRESHEN_AFTER
-RECORD_OVERHEAD: Final = RECORD_HEAD.size  # gc's grace must exceed it by more than any append takes
+RECORD_OVERHEAD: Final = RECORD_HEAD.size
 
 
 @dataclass(frozen=True, slots=True)

@@ -464,3 +464,25 @@ def test_chat_backslash_commands(tmp_path, server, image, project):
         compaction = next(e for e in s.log(f"{main.id}@{{1}}") if e.node.is_compaction)
         assert compaction.node.meta["focus"] == "the greetings"
     assert "Focus on: the greetings" in server.chat_bodies()[2]["messages"][-1]["content"]
+
+
+def test_a_server_that_says_the_context_is_too_long_gets_a_compacted_one(
+    tmp_path, server, image, project
+):
+    env = env_for(tmp_path, server, image)
+    words = "lorem ipsum dolor sit amet " * 40
+    server.add({"text": f"first answer {words}"})
+    sid = json.loads(ags(env, project, "run", f"first {words}", "--json").stdout)["session"]
+    server.add(
+        {"context_overflow": "vllm"},  # the budget ags knows is wrong: the server refuses
+        {"text": "they asked about lorem ipsum"},  # the summary
+        {"text": "answered after compacting"},
+    )
+    proc = ags(env, project, "run", "--resume", sid, "second question", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["reply"] == "answered after compacting"
+    retried = server.chat_bodies()[-1]["messages"]
+    assert retried[1]["content"].startswith("Summary of the conversation so far")
+    assert retried[2]["content"] == "second question"
+    with Store.open(tmp_path / "store") as s:
+        assert [e.node.type for e in s.log(sid)][:2] == ["message", "compaction"]
