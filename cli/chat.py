@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,30 +118,28 @@ def running_agent(
     store: Store, opts: AgentOptions, events: AgentEvents
 ) -> Iterator[tuple[Agent, Choice]]:
     """A fresh sandbox, the session chosen with its writer lock held, unanswered
-    tool calls recovered; everything let go on the way out. The sandbox comes
-    first: without a Docker engine nothing is written."""
+    tool calls recovered; everything let go on the way out. The client and the
+    sandbox come first: with a bad model setting or no Docker engine, nothing
+    is written."""
     project = Path(project_root(opts.project))
-    with Sandbox.start(project, opts.image, opts.network) as sandbox:
+    client = make_client(opts.provider, opts.base_url, opts.model)
+    with closing(client), Sandbox.start(project, opts.image, opts.network) as sandbox:
         choice = choose_session(
             store,
             resume=opts.resume,
             continue_latest=opts.continue_latest,
             project=opts.project,
-            model=opts.model,
+            model=client.model,
         )
-        client = make_client(opts.provider, opts.base_url, opts.model)
+        toolbox = Toolbox(choice.project, sandbox, {})
+        agent = Agent(store, choice.session, client, toolbox, events)  # the writer lock
         try:
-            toolbox = Toolbox(choice.project, sandbox, {})
-            agent = Agent(store, choice.session, client, toolbox, events)  # the writer lock
-            try:
-                agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
-                agent.recover()
-                store.checkout(choice.session, root=choice.project)
-                yield agent, choice
-            finally:
-                agent.close()
+            agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
+            agent.recover()
+            store.checkout(choice.session, root=choice.project)
+            yield agent, choice
         finally:
-            client.close()
+            agent.close()
 
 
 def _model_context(client: Any) -> int | None:
@@ -231,6 +229,9 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
       ags chat --continue
       ags chat --resume 3f2a~4 --model qwen3 --provider openai --base-url http://localhost:8000
     """
+    if sys.stdin.isatty():
+        with suppress(ImportError):
+            import readline  # noqa: F401  (line editing and history for input())
     store = open_store(ctx)
     events = TerminalEvents(yes_tools=False)
     with running_agent(store, opts, events) as (agent, choice):
