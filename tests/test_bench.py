@@ -18,6 +18,8 @@ ROWS = {
     "fork_bytes",
     "tree_bytes",
     "listing",
+    "search_cold",
+    "search",
 }
 
 
