@@ -147,7 +147,8 @@ def log(
     if as_json:
         emit_json([entry_json(e) for e in entries])
         return
-    emit_lines(_transcript_lines(entries, oneline))
+    lines = list(_transcript_lines(entries, oneline))
+    emit_lines(lines or ["(no messages yet)"])
 
 
 def _transcript_lines(entries: Iterable[LogEntry], oneline: bool) -> Iterator[str]:

@@ -286,15 +286,16 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
       ags delete 3f2a --yes
     """
     store = open_store(ctx)
-    usage = session_usage(store, session)
-    s = usage.session
-    if not yes:
+    if not yes:  # only the preview pays for the sizes: they walk every session
+        usage = session_usage(store, session)
+        s = usage.session
         raise InvalidInput(
             f"would delete session {s.id} ({s.title or 'untitled'}, {s.messages} messages, "
             f"{human_bytes(usage.unique_stored_bytes)} not shared): add --yes to delete it"
         )
-    store.delete(s.id)
-    click.echo(f"deleted session {s.id} (head was {s.head or 'empty'})")
+    info = store.session(session)
+    store.delete(info.id)
+    click.echo(f"deleted session {info.id} (head was {info.head or 'empty'})")
 
 
 @cli.command()
