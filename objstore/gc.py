@@ -78,13 +78,11 @@ def collect_garbage(
                 continue
             store.refs.delete_reflog(session_ref(sid))
             dropped.append(sid)
+    gone = {session_ref(s) for s in dropped}
     if reflog_cutoff is not None:
         for name in list(store.refs.log_names()):
-            if name in {session_ref(s) for s in dropped}:
-                continue
-            expired += store.refs.expire_reflog(name, reflog_cutoff, dry_run=dry_run)
-
-    gone = {session_ref(s) for s in dropped}
+            if name not in gone:
+                expired += store.refs.expire_reflog(name, reflog_cutoff, dry_run=dry_run)
 
     def mark() -> set[str]:
         roots = root_nodes(store, skip_refs=gone, reflog_cutoff=reflog_cutoff)
