@@ -35,6 +35,8 @@ from .errors import ContextTooLong, ModelError
 from .models import ModelClient, ModelReply
 from .tools import TOOLS, Toolbox, tool_schemas
 
+TOOL_SCHEMAS: Final = tool_schemas()
+TOOL_SCHEMAS_TEXT: Final = json.dumps(TOOL_SCHEMAS)  # counted into every prompt's size
 COMPACT_AT: Final = 0.8
 MAX_STEPS: Final = 40  # model calls in one turn before the loop gives the turn back
 SUMMARY_PREFIX: Final = "Summary of the conversation so far (earlier turns were compacted):\n\n"
@@ -243,7 +245,7 @@ class Agent:
         """One model call over the current context; its answer is appended when complete.
 
         Interrupted mid-stream, the text so far is kept as an interrupted answer."""
-        self._make_room()
+        messages = self._make_room()
         streamed: list[str] = []
 
         def on_text(fragment: str) -> None:
@@ -254,16 +256,15 @@ class Agent:
             streamed.clear()  # a retried stream starts over: nothing is kept twice
             self._count_retry(reason)
 
-        messages = self._prompt()
         try:
             try:
                 with self.interrupts.interruptible():
-                    answer = self.client.chat(messages, tool_schemas(), on_text, on_retry)
+                    answer = self.client.chat(messages, TOOL_SCHEMAS, on_text, on_retry)
             except ContextTooLong:
                 if not self.compact(automatic=True):
                     raise
                 with self.interrupts.interruptible():
-                    answer = self.client.chat(self._prompt(), tool_schemas(), on_text, on_retry)
+                    answer = self.client.chat(self._prompt(), TOOL_SCHEMAS, on_text, on_retry)
         except KeyboardInterrupt:
             partial = "".join(streamed)
             if partial:
@@ -325,23 +326,29 @@ class Agent:
         return [system, *self.store.context(self.sid)]
 
     def context_tokens(self) -> int:
-        tools = json.dumps(tool_schemas())
-        return estimate_tokens(self._prompt(), tools)
+        return self._tokens(self._prompt())
 
-    def _make_room(self) -> None:
-        """Compact at COMPACT_AT of the budget; stop if the context still does not fit."""
-        if self.max_context_tokens is None:
-            return
-        if self.context_tokens() < COMPACT_AT * self.max_context_tokens:
-            return
-        self.compact(automatic=True)
-        used = self.context_tokens()
-        if used >= self.max_context_tokens:
+    @staticmethod
+    def _tokens(prompt: list[dict[str, Any]]) -> int:
+        return estimate_tokens(prompt, TOOL_SCHEMAS_TEXT)
+
+    def _make_room(self) -> list[dict[str, Any]]:
+        """The prompt for the next model call: compacted first at COMPACT_AT of the
+        budget; ContextFull if it still does not fit."""
+        prompt = self._prompt()
+        budget = self.max_context_tokens
+        if budget is None or self._tokens(prompt) < COMPACT_AT * budget:
+            return prompt
+        if self.compact(automatic=True):
+            prompt = self._prompt()
+        used = self._tokens(prompt)
+        if used >= budget:
             raise ContextFull(
                 f"the context needs about {used} tokens and the limit is "
-                f"{self.max_context_tokens}, even after compaction: raise "
+                f"{budget}, even after compaction: raise "
                 "--max-context-tokens, or fork an earlier point (ags fork SESSION~N)"
             )
+        return prompt
 
     def compact(self, focus: str | None = None, *, automatic: bool = False) -> bool:
         """Summarise the turns before the current one; return whether the context shrank.

@@ -14,7 +14,7 @@ import click
 
 from agent.errors import ModelError
 from agent.loop import Agent, AgentEvents, TurnResult
-from agent.models import make_client
+from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
 from agent.tools import Toolbox
@@ -142,7 +142,7 @@ def running_agent(
             agent.close()
 
 
-def _model_context(client: Any) -> int | None:
+def _model_context(client: ModelClient) -> int | None:
     try:
         length = client.context_length()
     except ModelError:

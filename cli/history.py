@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from objstore import LogEntry, SessionInfo, Store
+from objstore import LogEntry, Node, SessionInfo, Store
 from objstore.diff import diff_sessions
 from objstore.search import SearchIndex, fts_query
 
@@ -47,37 +47,43 @@ def entry_json(entry: LogEntry) -> dict[str, Any]:
 
 def entry_lines(entry: LogEntry, *, oneline: bool) -> list[str]:
     """One transcript entry for people: role, wrapped text, tool calls and results summarised."""
-    n, msg = entry.node, entry.message
+    n = entry.node
+    if not n.is_compaction:
+        return message_lines(entry.message, oneline=oneline, node=n)
+    text = message_text(entry.message)
+    head = f"{style(short(n.id), fg='yellow')} {style('compaction', fg='red', bold=True)}"
+    if oneline:
+        return [f"{head}: {first_line(text, 60)}"]
+    kept = f", kept {len(n.kept)} messages verbatim" if n.kept else ""
+    when = relative_time(n.meta.get("time"))
+    return [f"{head}  {when}  (earlier turns summarised{kept})", *wrap(text)]
+
+
+def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[str]:
+    """A message for people; with its ``node``, led by the node's short id and time."""
     role = msg.get("role", "?") if isinstance(msg, dict) else "?"
     text = message_text(msg)
-    if n.is_compaction:
-        head = style("compaction", fg="red", bold=True)
-        if oneline:
-            return [f"{style(short(n.id), fg='yellow')} {head}: {first_line(text, 60)}"]
-        kept = f", kept {len(n.kept)} messages verbatim" if n.kept else ""
-        when = relative_time(n.meta.get("time"))
-        lines = [
-            f"{style(short(n.id), fg='yellow')} {head}  {when}  (earlier turns summarised{kept})"
-        ]
-        return lines + wrap(text)
     calls = msg.get("tool_calls") if isinstance(msg, dict) else None
     label = style(role, fg=ROLE_COLORS.get(role), bold=True)
     if role == "tool" and isinstance(msg, dict):
         label += f" {msg.get('name') or msg.get('tool_name') or ''}".rstrip()
+    if node is not None:
+        label = f"{style(short(node.id), fg='yellow')} {label}"
     if oneline:
         summary = first_line(text, 60)
         if calls:
             summary = (summary + " " if summary else "") + " ".join(
                 "-> " + tool_call_summary(c) for c in calls
             )
-        return [f"{style(short(n.id), fg='yellow')} {label}: {summary}"]
-    lines = [f"{style(short(n.id), fg='yellow')} {label}  {relative_time(n.meta.get('time'))}"]
+        return [f"{label}: {summary}"]
+    lines = [f"{label}  {relative_time(node.meta.get('time'))}" if node else label]
     if role == "tool":
         body = text.rstrip("\n").split("\n")
         shown = body[:6]
         lines += wrap("\n".join(shown))
         if len(body) > len(shown):
-            lines.append(f"    ... ({len(body) - len(shown)} more lines; ags show {short(n.id)})")
+            where = f"; ags show {short(node.id)}" if node else ""
+            lines.append(f"    ... ({len(body) - len(shown)} more lines{where})")
     elif text:
         lines += wrap(text)
     for call in calls or []:
@@ -128,18 +134,7 @@ def log(
         if as_json:
             emit_json(chosen)
             return
-        lines = []
-        for msg in chosen:
-            role = msg.get("role", "?") if isinstance(msg, dict) else "?"
-            text = message_text(msg)
-            label = style(role, fg=ROLE_COLORS.get(role), bold=True)
-            if oneline:
-                lines.append(f"{label}: {first_line(text)}")
-            else:
-                lines += [label, *wrap(text)]
-                calls = msg.get("tool_calls") if isinstance(msg, dict) else None
-                lines += ["    -> " + tool_call_summary(c) for c in calls or []]
-        emit_lines(lines)
+        emit_lines([line for msg in chosen for line in message_lines(msg, oneline=oneline)])
         return
     entries: Iterable[LogEntry] = store.log(spec)
     if limit is not None:

@@ -19,6 +19,8 @@ from typing import Any
 
 import click
 
+from objstore.search import content_text
+
 
 def color_enabled() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -95,12 +97,7 @@ def message_text(message: Any) -> str:
     """The readable text of a message: its content, whatever shape that takes."""
     if not isinstance(message, dict):
         return json.dumps(message, ensure_ascii=False)
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts
-        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else json.dumps(content, ensure_ascii=False)
+    return content_text(message.get("content"))  # a string, or the text of its parts
 
 
 def tool_call_summary(call: Any) -> str:

@@ -26,14 +26,11 @@ from .nodes import Node, parse_node
 from .reach import node_links
 from .refs import RefRecord, now_iso
 from .resolve import session_ref
-from .store import Store, new_session_id
+from .store import META_FIELDS, Store, new_session_id
 
 EXPORT_FORMAT: Final = "ags-export"
 EXPORT_VERSION: Final = 1
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
-SESSION_FIELDS: Final = (
-    "id", "title", "created", "updated", "messages", "root", "model", "archived_at", "forked_from",
-)  # fmt: skip
 
 
 class BadExport(InvalidInput):
@@ -52,17 +49,7 @@ def export_session(store: Store, spec: str) -> dict[str, Any]:
     session = None
     if target.session is not None:
         info = store.session(target.session)
-        session = {
-            "id": info.id,
-            "title": info.title,
-            "created": info.created,
-            "updated": info.updated,
-            "messages": info.messages,
-            "root": info.root,
-            "model": info.model,
-            "archived_at": info.archived_at,
-            "forked_from": info.forked_from,
-        }
+        session = {"id": info.id, **{name: getattr(info, name) for name in META_FIELDS}}
         if target.node != info.head:  # a node inside the session: export it as a fork
             head_messages = store.node(target.node).messages if target.node else 0
             session = {**session, "messages": head_messages}
@@ -264,7 +251,7 @@ def _write_ref(
     def change(current: RefRecord | None) -> dict[str, Any]:
         nonlocal outcome
         if current is None:
-            full = {field: meta.get(field) for field in SESSION_FIELDS if field != "id"}
+            full = {name: meta.get(name) for name in META_FIELDS}
             return {"target": head, "meta": full}
         if current.target == head:
             outcome = "unchanged"

@@ -117,7 +117,8 @@ def _ref_problems(
         return [Problem(name, f"names missing node {target}")]
     if kinds[target] != "node":
         return [Problem(name, f"names a {kinds[target]}, not a node")]
-    if name.startswith("sessions/") and SESSION_ID_RE.fullmatch(name[9:]):
+    kind, _, rest = name.partition("/")
+    if kind == "sessions" and SESSION_ID_RE.fullmatch(rest):
         count = rec.body.get("meta", {}).get("messages")
         if count != nodes[target].messages:
             return [Problem(name, f"says {count} messages, its head has {nodes[target].messages}")]

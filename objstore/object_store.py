@@ -309,15 +309,7 @@ class ObjectStore:
             chosen = [packs[i] for i in packs_to_merge([p.size for p in packs])]
             if not chosen:
                 return 0
-            merged = self._merge(chosen)
-            self._sealed[merged.name] = SealedPack(merged.path)
-            for pack in chosen:
-                # The pack first, then its index: an index alone is ignored, while a
-                # pack alone would look like a crashed writer's and be recovered.
-                pack.path.unlink()
-                pack.path.with_suffix(".idx").unlink()
-                self._sealed.pop(pack.path.stem).close()
-            fsync_dir(self.pack_dir)
+            self._replace_packs(chosen, self._merge(chosen))
             return len(chosen)
         finally:
             lock.release()
@@ -367,12 +359,7 @@ class ObjectStore:
             if dry_run or not (swept or loose_kept or len(chosen) > 1):
                 return SweepResult(len(swept), freed, 0, 0)
             merged = self._merge(chosen, keep=keep, extra=loose_kept, progress=progress)
-            self._sealed[merged.name] = SealedPack(merged.path)
-            for pack in chosen:
-                pack.path.unlink()
-                pack.path.with_suffix(".idx").unlink()
-                self._sealed.pop(pack.path.stem).close()
-            fsync_dir(self.pack_dir)
+            self._replace_packs(chosen, merged)
             for _oid, path, _s in loose:
                 with suppress(FileNotFoundError):
                     os.unlink(path)
@@ -381,6 +368,17 @@ class ObjectStore:
             return SweepResult(len(swept), max(freed, 0), len(chosen), len(loose_kept))
         finally:
             lock.release()
+
+    def _replace_packs(self, old: list[SealedPack], merged: PackWriter) -> None:
+        """Put the sealed ``merged`` in the place of ``old`` (with ``locks/repack`` held)."""
+        self._sealed[merged.name] = SealedPack(merged.path)
+        for pack in old:
+            # The pack first, then its index: an index alone is ignored, while a
+            # pack alone would look like a crashed writer's and be recovered.
+            pack.path.unlink()
+            pack.path.with_suffix(".idx").unlink()
+            self._sealed.pop(pack.path.stem).close()
+        fsync_dir(self.pack_dir)
 
     def _merge(
         self,

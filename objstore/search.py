@@ -173,6 +173,13 @@ def message_text(message: Any) -> str:
     return "\n".join(p for p in parts if p).translate(_UNSAFE)
 
 
+def content_text(value: Any) -> str:
+    """The text of a message's content, whatever its shape (see ``_content_text``)."""
+    parts: list[str] = []
+    _content_text(value, parts)
+    return "\n".join(p for p in parts if p)
+
+
 def _content_text(value: Any, parts: list[str]) -> None:
     """Text of a content value: a string, or a list of parts (OpenAI ``text`` parts,
     Anthropic ``tool_use``/``tool_result`` blocks); images and the like have none."""

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 from .nodes import Node
-from .reach import reachable
+from .reach import node_links, reachable
 from .store import SessionInfo, Store
 
 
@@ -102,7 +102,7 @@ def _logical_bytes(
 
 def session_usage(store: Store, spec: str) -> SessionUsage:
     info = store.session(spec)
-    mine = reachable([info.head] if info.head else [], store.node)
+    mine: set[str] = set()  # what the head reaches: every node of the log and its links
     others_roots: set[str] = set()
     for other in store.sessions(include_archived=True):
         if other.id != info.id and other.head:
@@ -115,6 +115,8 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
     for entry in store.log(info.id) if info.head else []:
         nodes += 1
+        mine.add(entry.node.id)
+        mine.update(link.target for link in node_links(entry.node))
         if entry.node.is_compaction:
             compactions += 1
             continue

@@ -52,6 +52,10 @@ FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
+# The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.
+META_FIELDS: Final = (
+    "title", "created", "updated", "archived_at", "root", "forked_from", "model", "messages",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

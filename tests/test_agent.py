@@ -302,7 +302,6 @@ def test_automatic_compaction_then_resume(tmp_path, server, image, project):
                 break
         # the summary request takes the next reply in the queue: give it a short one
         server.add({"text": f"summary after turn {turn}"})
-        server.pending  # noqa: B018
     assert compacted_at is not None, "no compaction happened"
     with Store.open(store_path) as s:
         log = list(s.log(sid))
@@ -486,3 +485,21 @@ def test_a_server_that_says_the_context_is_too_long_gets_a_compacted_one(
     assert retried[2]["content"] == "second question"
     with Store.open(tmp_path / "store") as s:
         assert [e.node.type for e in s.log(sid)][:2] == ["message", "compaction"]
+
+
+def test_ctrl_c_while_waiting_for_the_model_keeps_the_question(tmp_path, server, image, project):
+    env = env_for(tmp_path, server, image)
+    store_path = tmp_path / "store"
+    server.add({"text": "too late", "delay": 30})
+    proc = start_run(env, project, "a slow question")
+    wait_for(lambda: last_role(store_path) == "user")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130, proc.stderr.read()
+    with Store.open(store_path) as s:
+        sid = s.sessions()[0].id
+    assert [m["content"] for m in messages(store_path, sid)] == ["a slow question"]
+    server.add({"text": "answered"})
+    resumed = ags(env, project, "run", "--continue", "again")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [m["role"] for m in messages(store_path, sid)] == ["user", "user", "assistant"]
