@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_fixture import require_docker
+from docker_fixture import owned_project, require_docker
 
 from agent.sandbox import Sandbox
 from agent.tools import LIST_ENTRIES, TOOLS, Toolbox, tool_schemas
@@ -237,7 +237,7 @@ def test_arguments_as_json_text_and_numbers_as_strings_are_accepted(box: Toolbox
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     image = require_docker()
-    with Sandbox.start(tmp_path_factory.mktemp("shell-project"), image) as box:
+    with Sandbox.start(owned_project(tmp_path_factory.mktemp("shell-project")), image) as box:
         yield box
 
 
