@@ -113,7 +113,8 @@ TOOLS: dict[str, ToolSpec] = {
             "Run a shell command (sh -c) in the sandbox, in /workspace, which is the project "
             "root. No network. stdout and stderr come back together, with the exit code; "
             "long output is cut in the middle. The command and all it started are killed "
-            "when the timeout passes.",
+            "when the timeout passes, and anything it leaves running in the background is "
+            "killed when it ends.",
             _object(
                 {
                     "command": {"type": "string", "description": "The command for sh -c."},
