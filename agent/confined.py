@@ -425,9 +425,8 @@ class ConfinedFS:
         if pure.is_absolute():
             for alias in self.aliases:
                 if pure == alias or alias in pure.parents:
-                    # Lexical on purpose: what follows is walked by the same rules.
-                    rest = path[len(str(alias)) :].lstrip("/")
-                    return rest.split("/")[::-1]
+                    # Lexical on purpose: what follows (`..` included) is walked by the same rules.
+                    return list(pure.relative_to(alias).parts)[::-1]
             raise OutsideRoot(given)
         return path.split("/")[::-1]
 

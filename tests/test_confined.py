@@ -56,6 +56,7 @@ def test_reads_and_writes_inside(fs: ConfinedFS, root: Path) -> None:
     assert fs.read_bytes("src/app.py", 100) == b"print(1)\n"
     assert fs.read_bytes("/workspace/README", 100) == b"hello\n"
     assert fs.read_bytes(f"{root}/src/../README", 100) == b"hello\n"
+    assert fs.read_bytes("/./workspace//src/./app.py", 100) == b"print(1)\n"
     assert fs.write_bytes("src/new.py", b"x = 1\n") == Written("src/new.py", created=True)
     assert fs.write_bytes("./src//new.py", b"x = 2\n") == Written("src/new.py", created=False)
     assert (root / "src" / "new.py").read_bytes() == b"x = 2\n"
