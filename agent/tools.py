@@ -22,14 +22,15 @@ text it can act on, and ``ok`` is False.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.messages import ARGUMENTS_DEPTH
 from agent.sandbox import WORKSPACE, Sandbox, SandboxError, truncate_middle
+from objstore.limits import parse_json
 
 RESULT_LIMIT = 40_000
 """Characters of a tool result the model gets; the middle of a longer one is cut.
@@ -456,8 +457,8 @@ def _checked_arguments(spec: ToolSpec, arguments: dict[str, Any] | str | None) -
         arguments = {}
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
+            arguments = parse_json(arguments, ARGUMENTS_DEPTH)
+        except ValueError as exc:  # not JSON, or nested deeper than a message may be
             raise _ToolFailed(f"the arguments for {spec.name} are not valid JSON: {exc}") from exc
     if not isinstance(arguments, dict):
         raise _ToolFailed(f"the arguments for {spec.name} must be a JSON object")
