@@ -16,7 +16,7 @@ from objstore.gc import collect_garbage
 from objstore.stats import store_usage
 
 from .app import cli, open_store
-from .output import emit_json, emit_lines, human_bytes, parse_duration, short
+from .output import emit_json, emit_lines, human_bytes, parse_duration, short, visible
 
 
 @cli.command("export")
@@ -176,7 +176,7 @@ def fsck(ctx: click.Context, as_json: bool) -> None:
         emit_json(report)
     else:
         for problem in report.problems:
-            click.echo(str(problem))
+            click.echo(visible(str(problem)))
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
         click.echo(f"checked {report.objects} objects and {report.refs} refs: {verdict}",
                    err=not report.ok)  # fmt: skip
