@@ -85,7 +85,7 @@ def _write_file(args: dict[str, Any], project: Path, width: int) -> list[str]:
     if current == content:
         return [f"write_file: {shown} already holds exactly this ({_size(content)})"]
     head = f"write_file: replace {shown} ({_size(current)} -> {_size(content)}):"
-    return [head, *_diff(current, content, shown, width)]
+    return [head, *_diff(current, content, (f"{shown} (now)", f"{shown} (after)"), width)]
 
 
 def _edit_file(args: dict[str, Any], project: Path, width: int) -> list[str]:
@@ -101,12 +101,14 @@ def _edit_file(args: dict[str, Any], project: Path, width: int) -> list[str]:
         if count == 1:
             at = current.index(old)
             after = current[:at] + new + current[at + len(old) :]
-            return [f"edit_file: change {shown}:", *_diff(current, after, shown, width)]
+            names = (f"{shown} (now)", f"{shown} (after)")
+            return [f"edit_file: change {shown}:", *_diff(current, after, names, width)]
         how = f"occurs {count} times" if count else "does not occur"
         if not old:
             how = "is empty"
         why = f"the old text {how} in it: the tool will fail"
-    return [f"edit_file {shown} ({why}); the edit asked for:", *_diff(old, new, shown, width)]
+    names = ("old (the text to replace)", "new (its replacement)")
+    return [f"edit_file {shown} ({why}); the edit asked for:", *_diff(old, new, names, width)]
 
 
 def _current_text(project: Path, path: str) -> tuple[str | None, str | None]:
@@ -151,18 +153,17 @@ def _size(text: str) -> str:
 def _new_text(content: str, width: int) -> list[str]:
     if not content:
         return [INDENT + "(empty)"]
-    return _block(_marked("+", _LINES.split(content)), width)
+    return _block(_marked("+", _lines(content)), width)
 
 
-def _diff(before: str, after: str, shown: str, width: int) -> list[str]:
+def _lines(text: str) -> list[str]:
+    """``text`` split after each newline, each line keeping its own."""
+    return [line for line in _LINES.split(text) if line]
+
+
+def _diff(before: str, after: str, names: tuple[str, str], width: int) -> list[str]:
     """A unified diff (3 lines of context) of the whole change."""
-    lines = difflib.unified_diff(
-        _LINES.split(before) if before else [],
-        _LINES.split(after) if after else [],
-        f"{shown} (now)",
-        f"{shown} (after)",
-        lineterm="",
-    )
+    lines = difflib.unified_diff(_lines(before), _lines(after), *names, lineterm="")
     out: list[str] = []
     for number, line in enumerate(lines):
         if number < 2 or line.startswith("@@"):  # the file names, a hunk's range
