@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from calendar import timegm
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -77,10 +78,16 @@ def export_session(store: Store, spec: str) -> dict[str, Any]:
     }
 
 
-def encode_document(doc: dict[str, Any]) -> bytes:
+def encode_document(
+    doc: dict[str, Any], escape: Callable[[str], str] | None = None
+) -> bytes:
     """The bytes ``ags export`` writes for a document; InvalidInput if they would be
-    over the document limit, which import refuses (export an earlier node instead)."""
-    data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
+    over the document limit, which import refuses (export an earlier node instead).
+
+    ``escape`` may rewrite the JSON text into equal JSON (the command line writes
+    terminal control characters as ``\\u`` escapes)."""
+    text = json.dumps(doc, ensure_ascii=False, indent=1)
+    data = (escape(text) if escape else text).encode("utf-8") + b"\n"
     if len(data) > MAX_DOCUMENT_BYTES:
         raise InvalidInput(
             f"the export would be {len(data):,} bytes, over the limit of an export document "
