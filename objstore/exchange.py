@@ -18,9 +18,12 @@ session that has diverged is refused. The limits are in ``limits.py``.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from calendar import timegm
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -44,6 +47,7 @@ from .store import META_FIELDS, Store, new_session_id
 
 EXPORT_FORMAT: Final = "ags-export"
 EXPORT_VERSION: Final = 1
+READ_CHUNK: Final = 1 << 20
 TIME_FIELDS: Final = ("created", "updated", "archived_at")  # session times import checks
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
 
@@ -132,27 +136,35 @@ class ImportResult:
 
 def read_document(stream: IO[bytes], name: str = "the document") -> dict[str, Any]:
     """Read and parse the export document from ``stream``, never more than the
-    document limit of it (a bigger one is refused once the limit is passed)."""
+    document limit of it: a file that says it is bigger is refused before it is
+    read, a pipe as soon as the limit is passed."""
+    too_big = BadExport(f"{name} is over {MAX_DOCUMENT_BYTES:,} bytes, the limit of a document")
+    chunks: list[bytes] = []
+    total = 0
     try:
-        data = stream.read(MAX_DOCUMENT_BYTES + 1)
+        with suppress(AttributeError, OSError, ValueError):  # no file behind it: just read
+            st = os.fstat(stream.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_DOCUMENT_BYTES:
+                raise too_big
+        while chunk := stream.read(min(READ_CHUNK, MAX_DOCUMENT_BYTES + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_DOCUMENT_BYTES:
+                raise too_big
     except OSError as e:
         raise InvalidInput(f"cannot read {name}: {e.strerror or e}") from None
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise BadExport(
-            f"{name} is over {MAX_DOCUMENT_BYTES:,} bytes, the limit of an export document"
-        )
-    return parse_document(data)
+    data = b"".join(chunks)
+    del chunks
+    text = _utf8(data)
+    del data  # from here the text alone: a big document is held once, not twice
+    return parse_document(text)
 
 
 def parse_document(data: str | bytes) -> dict[str, Any]:
     """The JSON document in ``data``, or a BadExport that says where it breaks."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise BadExport(f"the document is over {MAX_DOCUMENT_BYTES:,} bytes, the limit")
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-    except UnicodeDecodeError as e:
-        raise BadExport(f"not UTF-8 text (byte {e.start})") from None
-    del data  # the text alone from here: a big document is held once, not twice
+    text = _utf8(data) if isinstance(data, bytes) else data
     try:
         doc = parse_json(text, DOCUMENT_DEPTH, parse_constant=_no_constant)
     except NestingTooDeep:
@@ -172,6 +184,13 @@ def parse_document(data: str | bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise BadExport("$: an export document is a JSON object")
     return doc
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadExport(f"not UTF-8 text (byte {e.start})") from None
 
 
 def _no_constant(name: str) -> Any:
