@@ -369,3 +369,71 @@ def test_a_reply_nested_5000_deep_is_a_protocol_error(tmp_path):
         with pytest.raises(ModelError):
             client.chat([{"role": "user", "content": "hi"}], None, None, None)
         client.close()
+
+
+def _run_ags(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    ags_script = str(Path(sys.executable).with_name("ags"))
+    return subprocess.run([ags_script, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=180, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def test_ags_run_survives_tool_arguments_nested_5000_deep(tmp_path):
+    """OpenAI style (arguments as a string): the call is kept raw and the tool refuses it;
+    Ollama style (arguments as an object inside the line): one line, exit 1."""
+    import os
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from docker_fixture import require_docker
+    from model_server import FakeModelServer
+
+    image = require_docker()
+    project = tmp_path / "project"
+    project.mkdir()
+    raw = "{" + '"a":{' * 5000 + "}" * 5001
+    base_env = {**os.environ, "AGS_STORE": str(tmp_path / "store"), "AGS_IMAGE": image}
+    base_env.pop("OLLAMA_HOST", None)
+    with FakeModelServer(flavor="vllm", models=("qwen3",)) as server:
+        server.add({"tool_calls": [{"name": "shell", "arguments_raw": raw}]}, {"text": "gave up"})
+        env = {**base_env, "AGS_BASE_URL": server.url, "AGS_PROVIDER": "openai"}
+        proc = _run_ags(env, project, "run", "go", "--model", "qwen3", "--yes-tools", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    sid = json.loads(proc.stdout)["session"]
+    with Store.open(tmp_path / "store") as s:
+        newest_first = [e.message for e in s.log(sid)]
+    call, result = newest_first[2], newest_first[1]
+    assert call["tool_calls"][0]["arguments_raw"] == raw
+    assert "nested deeper than" in result["content"]
+
+    line = ('{"model":"gemma4","message":{"role":"assistant","content":"","tool_calls":'
+            '[{"function":{"name":"shell","arguments":' + "[" * 5000 + "]" * 5000 + '}}]},'
+            '"done":true,"done_reason":"stop"}\n').encode()  # fmt: skip
+
+    class DeepOllama(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path != "/api/chat":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Content-Length", str(len(line)))
+            self.end_headers()
+            self.wfile.write(line)
+
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), DeepOllama)
+    Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        proc = _run_ags({**base_env, "AGS_BASE_URL": url}, project, "run", "go", "--yes-tools")
+    finally:
+        httpd.shutdown()
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "is not JSON (nested deeper than" in proc.stderr
