@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema  # noqa: F401  (imported here, not inside the measured import)
 import pytest
 from conftest import tree_snapshot
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from objstore import AgsError, CorruptObject, Store, canonical, objects
@@ -214,6 +214,7 @@ def test_import_of_any_document_imports_or_refuses_cleanly(import_store: Path, d
         finally:
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
+        event("refused" if refused else "imported")
         if refused:
             assert tree_snapshot(import_store) == before  # nothing written
         elif result.head is not None:  # what got in reads back whole
