@@ -19,6 +19,7 @@ from .output import (
     emit_json,
     emit_lines,
     first_line,
+    message_start,
     message_text,
     one_line,
     relative_time,
@@ -29,6 +30,7 @@ from .output import (
     wrap,
 )
 
+LOG_TEXT_CHARS = 20_000  # of one message in a transcript; ags show prints all of it
 ROLE_COLORS = {"user": "green", "assistant": "cyan", "tool": "magenta", "system": "blue"}
 
 
@@ -64,7 +66,7 @@ def entry_lines(entry: LogEntry, *, oneline: bool) -> list[str]:
 def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[str]:
     """A message for people; with its ``node``, led by the node's short id and time."""
     role = msg.get("role", "?") if isinstance(msg, dict) else "?"
-    text = message_text(msg)
+    text, left_out = message_start(msg, LOG_TEXT_CHARS)
     calls = msg.get("tool_calls") if isinstance(msg, dict) else None
     label = style(one_line(role, "?"), fg=ROLE_COLORS.get(role), bold=True)
     if role == "tool" and isinstance(msg, dict):
@@ -88,6 +90,9 @@ def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[
             lines.append(f"    ... ({len(body) - len(shown)} more lines{where})")
     elif text:
         lines += wrap(text)
+        if left_out:
+            where = f"; ags show {short(node.id)}" if node else ""
+            lines.append(f"    ... ({left_out:,} more characters{where})")
     for call in calls if isinstance(calls, list) else []:
         lines.append("    " + style("-> " + tool_call_summary(call), fg="magenta"))
     return lines

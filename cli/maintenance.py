@@ -16,7 +16,15 @@ from objstore.gc import collect_garbage
 from objstore.stats import store_usage
 
 from .app import cli, open_store
-from .output import emit_json, emit_lines, human_bytes, parse_duration, short, visible
+from .output import (
+    emit_json,
+    emit_lines,
+    human_bytes,
+    json_safe,
+    parse_duration,
+    short,
+    visible,
+)
 
 
 @cli.command("export")
@@ -36,7 +44,7 @@ def export_cmd(ctx: click.Context, spec: str, output: str | None) -> None:
       ags export 3f2a~10 | gzip > early.json.gz
     """
     doc = export_session(open_store(ctx), spec)
-    data = encode_document(doc)
+    data = encode_document(doc, json_safe)
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -92,11 +92,15 @@ def emit_lines(lines: Iterable[str], *, page: bool = True) -> None:
         click.echo(line)
 
 
+def json_safe(text: str) -> str:
+    """JSON text with every hidden character as a ``\\u`` escape: the same JSON value
+    (JSON escapes C0 controls itself; in JSON text the others occur only in strings)."""
+    return _IN_BODY.sub(_json_escape, text)
+
+
 def emit_json(value: Any) -> None:
-    """Print JSON: exactly the value, with hidden characters as ``\\u`` escapes (JSON
-    escapes C0 controls itself; in JSON text the others occur only in strings)."""
-    text = json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)
-    click.echo(_IN_BODY.sub(_json_escape, text))
+    """Print JSON: exactly the value, safe for a terminal (``json_safe``)."""
+    click.echo(json_safe(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)))
 
 
 def to_jsonable(value: Any) -> Any:
@@ -156,10 +160,20 @@ def one_line(value: Any, default: str = "") -> str:
 def message_text(message: Any) -> str:
     """The readable text of a message, whatever shape its content takes; visible,
     newlines and tabs kept."""
+    return visible(_raw_text(message), multiline=True)
+
+
+def message_start(message: Any, limit: int) -> tuple[str, int]:
+    """The first ``limit`` characters of ``message_text`` (cut before it is made
+    visible, so a huge message costs its first part only), and how many were left."""
+    raw = _raw_text(message)
+    return visible(raw[:limit], multiline=True), max(len(raw) - limit, 0)
+
+
+def _raw_text(message: Any) -> str:
     if not isinstance(message, dict):
-        return visible(json.dumps(message, ensure_ascii=False), multiline=True)
-    # a string, or the text of its parts
-    return visible(content_text(message.get("content")), multiline=True)
+        return json.dumps(message, ensure_ascii=False)
+    return content_text(message.get("content"))  # a string, or the text of its parts
 
 
 def tool_call_summary(call: Any) -> str:

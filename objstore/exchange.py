@@ -82,9 +82,7 @@ def export_session(store: Store, spec: str) -> dict[str, Any]:
     }
 
 
-def encode_document(
-    doc: dict[str, Any], escape: Callable[[str], str] | None = None
-) -> bytes:
+def encode_document(doc: dict[str, Any], escape: Callable[[str], str] | None = None) -> bytes:
     """The bytes ``ags export`` writes for a document; InvalidInput if they would be
     over the document limit, which import refuses (export an earlier node instead).
 

@@ -85,7 +85,9 @@ def test_append_takes_the_deepest_message_allowed_and_refuses_one_more(tmp_path)
             ({"role": "user", "content": "x"}, {"deep": nested(MAX_DEPTH)}, None),
             ({"role": "user", "content": "x"}, None, {"deep": nested(META_DEPTH)}),
         ]:
-            with pytest.raises(InvalidInput, match=f"nested deeper than {MAX_DEPTH - (meta is not None)} levels"):  # noqa: E501
+            with pytest.raises(
+                InvalidInput, match=f"nested deeper than {MAX_DEPTH - (meta is not None)} levels"
+            ):  # noqa: E501
                 s.append(sid, message, state=state, meta=meta)
         with pytest.raises(InvalidInput, match="nested deeper"):
             s.compact(sid, {"role": "user", "content": nested(5000)})
@@ -216,7 +218,10 @@ def test_future_times_are_clamped_on_import_and_do_not_win_continue(exported, tm
 def test_a_time_that_is_no_date_is_refused(exported, when):
     target, doc = exported
     doc["session"]["updated"] = when
-    with Store.open(target) as s, pytest.raises(BadExport, match=r"\$.session.updated: .* is not a real time"):  # noqa: E501
+    with (
+        Store.open(target) as s,
+        pytest.raises(BadExport, match=r"\$.session.updated: .* is not a real time"),
+    ):  # noqa: E501
         import_document(s, doc)
 
 
