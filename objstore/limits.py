@@ -22,11 +22,11 @@ MAX_DEPTH: Final = 100
 ``{}`` 1, ``{"a": [1]}`` 2. Chat messages nest about 6 deep; Ruby's JSON parser
 refuses beyond 100 by default, serde_json beyond 128."""
 
-MAX_OBJECT_BYTES: Final = 64 * 1024 * 1024
+MAX_OBJECT_BYTES: Final = 128 * 1024 * 1024
 """Bytes of one object's canonical body (a message, a summary, a state, a node).
-Model APIs refuse requests far smaller (Anthropic's whole request: 32 MB), so a
-message above it was never sent to a model; a message with several
-base64-encoded images of a few MB each fits."""
+Model APIs refuse whole requests smaller than this (Anthropic: 32 MB; OpenAI:
+50 MB of images, about 67 MB as base64), so a message above it was never sent
+to a model; one with many base64-encoded images fits."""
 
 MAX_DOCUMENT_BYTES: Final = 1024 * 1024 * 1024
 """Bytes of one export document. Import reads at most this much (and parses it in

@@ -318,7 +318,7 @@ def test_a_frame_without_a_content_size_is_read_and_bounded():
     message, peak_mb = proc.stdout.splitlines()
     assert "holds more than an object may" in message, proc.stderr
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    assert int(peak_mb) < 400, (peak_mb, baseline)  # the limit's worth, not 2 GiB
+    assert int(peak_mb) < 700, (peak_mb, baseline)  # the limit's worth, not 2 GiB
 
 
 # -- search ------------------------------------------------------------------------
