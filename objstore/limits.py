@@ -74,19 +74,12 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     anything deeper than it reaches is refused the same way as anything deeper
     than ``max_depth`` that it did reach. ``options`` go to ``json.loads``.
     """
-    if _bracket_count(text) > max_depth:  # else it cannot nest deeper: skip the walk
-        try:
-            value = json.loads(text, **options)
-        except RecursionError:
-            raise NestingTooDeep(max_depth) from None
-        if depth_exceeds(value, max_depth):
-            raise NestingTooDeep(max_depth)
-        return value
-    return json.loads(text, **options)
-
-
-def _bracket_count(text: str | bytes) -> int:
-    """An upper bound of the nesting of JSON text, counted in C."""
-    if isinstance(text, str):
-        return text.count("[") + text.count("{")
-    return text.count(b"[") + text.count(b"{")
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise NestingTooDeep(max_depth) from None
+    # The walk visits containers only: for a message, a handful (cheaper than
+    # counting brackets in its text would be).
+    if depth_exceeds(value, max_depth):
+        raise NestingTooDeep(max_depth)
+    return value
