@@ -65,7 +65,8 @@ def entry_lines(entry: LogEntry, *, oneline: bool) -> list[str]:
 
 def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[str]:
     """A message for people; with its ``node``, led by the node's short id and time."""
-    role = msg.get("role", "?") if isinstance(msg, dict) else "?"
+    role = msg.get("role") if isinstance(msg, dict) else None
+    role = role if isinstance(role, str) else "?"
     text, left_out = message_start(msg, LOG_TEXT_CHARS)
     calls = msg.get("tool_calls") if isinstance(msg, dict) else None
     label = style(one_line(role, "?"), fg=ROLE_COLORS.get(role), bold=True)

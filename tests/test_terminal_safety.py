@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.main import cli
 from cli.output import visible
@@ -284,3 +286,34 @@ def test_run_and_chat_show_model_and_tool_output_visibly(tmp_path):
     assert json.loads(as_json.stdout)["reply"] == "json " + HOSTILE  # --json: exact
     assert "title: new\\x1b]0;t\\x07title" in chat.stdout.decode()
     assert "unknown command \\bogus\\x1b[2J" in chat.stderr.decode()
+
+
+# -- any message at all --------------------------------------------------------------
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["\x1b]0;t\x07", "\r", "\x9b", "\u202e", "\U000e0041", "\n", "\t"]
+)
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=10,
+)
+_MESSAGES = _ANY_JSON | st.fixed_dictionaries(
+    {"role": _ANY_JSON, "content": _ANY_JSON},
+    optional={"tool_calls": _ANY_JSON, "name": _ANY_JSON, "tool_name": _ANY_JSON},
+)
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@given(message=_MESSAGES, oneline=st.booleans())
+def test_any_message_prints_without_error_and_without_raw_controls(message, oneline):
+    """What a transcript, show and search print of any JSON a message blob may hold."""
+    from cli.history import _full_message, message_lines
+    from cli.output import tool_call_summary
+
+    lines = message_lines(message, oneline=oneline)
+    if isinstance(message, dict):
+        lines += _full_message(message)
+        lines.append(tool_call_summary(message))
+    for line in lines:
+        assert_clean(line, "line")
