@@ -137,22 +137,18 @@ def read_document(stream: IO[bytes], name: str = "the document") -> dict[str, An
     document limit of it: a file that says it is bigger is refused before it is
     read, a pipe as soon as the limit is passed."""
     too_big = BadExport(f"{name} is over {MAX_DOCUMENT_BYTES:,} bytes, the limit of a document")
-    chunks: list[bytes] = []
-    total = 0
+    data = bytearray()
     try:
         with suppress(AttributeError, OSError, ValueError):  # no file behind it: just read
             st = os.fstat(stream.fileno())
             if stat.S_ISREG(st.st_mode) and st.st_size > MAX_DOCUMENT_BYTES:
                 raise too_big
-        while chunk := stream.read(min(READ_CHUNK, MAX_DOCUMENT_BYTES + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > MAX_DOCUMENT_BYTES:
+        while chunk := stream.read(min(READ_CHUNK, MAX_DOCUMENT_BYTES + 1 - len(data))):
+            data += chunk
+            if len(data) > MAX_DOCUMENT_BYTES:
                 raise too_big
     except OSError as e:
         raise InvalidInput(f"cannot read {name}: {e.strerror or e}") from None
-    data = b"".join(chunks)
-    del chunks
     text = _utf8(data)
     del data  # from here the text alone: a big document is held once, not twice
     return parse_document(text)
@@ -184,7 +180,7 @@ def parse_document(data: str | bytes) -> dict[str, Any]:
     return doc
 
 
-def _utf8(data: bytes) -> str:
+def _utf8(data: bytes | bytearray) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
