@@ -29,8 +29,8 @@ Model APIs refuse whole requests smaller than this (Anthropic: 32 MB; OpenAI:
 to a model; one with many base64-encoded images fits."""
 
 MAX_DOCUMENT_BYTES: Final = 1024 * 1024 * 1024
-"""Bytes of one export document. Import reads at most this much (and parses it in
-memory, a few times its size); export refuses to write a bigger one."""
+"""Bytes of one export document. Import reads at most this much (and checks it in
+memory, about 2.5 times its size at the peak); export refuses to write a bigger one."""
 
 DOCUMENT_DEPTH: Final = MAX_DEPTH + 3
 """Nesting of an export document: an object's body sits 3 containers deep
