@@ -33,7 +33,8 @@ from agent.errors import (
     ModelUnavailable,
     one_line,
 )
-from agent.messages import token_count
+from agent.messages import REPLY_DEPTH, token_count
+from objstore.limits import parse_json
 
 # Reads wait long: a server may load a model from disk before the first byte.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)
@@ -287,7 +288,7 @@ class HTTPChatClient:
             if not response.is_success:
                 raise self._http_error(response)
             try:
-                return response.json()
+                return parse_json(response.content, REPLY_DEPTH)
             except ValueError as exc:
                 if optional:
                     return None
@@ -299,7 +300,7 @@ class HTTPChatClient:
 
     def _http_error(self, response: httpx.Response) -> Exception:
         try:
-            payload: Any = response.json()
+            payload: Any = parse_json(response.content, REPLY_DEPTH)
         except ValueError:
             payload = response.text
         error = _server_error(
@@ -340,9 +341,9 @@ class HTTPChatClient:
 
     def _json_object(self, text: str, what: str) -> dict[str, Any]:
         try:
-            value = json.loads(text)
-        except ValueError:
-            raise self._protocol_error(f"{what} is not JSON: {text[:120]!r}") from None
+            value = parse_json(text, REPLY_DEPTH)
+        except ValueError as exc:
+            raise self._protocol_error(f"{what} is not JSON ({exc}): {text[:120]!r}") from None
         if not isinstance(value, dict):
             raise self._protocol_error(f"{what} is not a JSON object: {text[:120]!r}")
         return value

@@ -21,9 +21,20 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+from objstore.limits import MAX_DEPTH, depth_exceeds, parse_json
 
 Message = dict[str, Any]
+
+ARGUMENTS_DEPTH: Final = MAX_DEPTH - 3
+"""Nesting a call's arguments may have: they sit 3 levels inside the stored message
+(message, tool_calls, the call), which may nest MAX_DEPTH levels."""
+
+REPLY_DEPTH: Final = MAX_DEPTH + 8
+"""Nesting a server's JSON (a reply, a stream event, an error body) may have: a
+message with room for the wire format around it. Deeper JSON is refused before
+Python's parser can run out of stack."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,19 +61,20 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     """A tool call in the internal format, from whatever the server sent.
 
     ``arguments`` may be an object (Ollama), a JSON string (OpenAI style), or
-    garbage; garbage is kept verbatim in ``arguments_raw`` so the transcript
-    shows what the model really produced.
+    garbage; garbage (arguments nested deeper than ARGUMENTS_DEPTH included) is
+    kept verbatim in ``arguments_raw`` so the transcript shows what the model
+    really produced.
     """
     call: dict[str, Any] = {"id": "", "name": name if isinstance(name, str) else ""}
-    if isinstance(arguments, dict):
+    if isinstance(arguments, dict) and not depth_exceeds(arguments, ARGUMENTS_DEPTH):
         call["arguments"] = arguments
     elif arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         call["arguments"] = {}  # servers send "" for a function without parameters
     else:
         raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
         try:
-            parsed = json.loads(raw)
-        except ValueError:
+            parsed = parse_json(raw, ARGUMENTS_DEPTH)
+        except ValueError:  # not JSON, or nested too deep to store
             parsed = None
         if isinstance(parsed, dict):
             call["arguments"] = parsed

@@ -27,7 +27,6 @@ text it can act on, and ``ok`` is False.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +35,9 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from agent.confined import ConfinedError, ConfinedFS, FileTooLarge, OutsideRoot
+from agent.messages import ARGUMENTS_DEPTH
 from agent.sandbox import WORKSPACE, Sandbox, SandboxError, truncate_middle
+from objstore.limits import NestingTooDeep, parse_json
 
 RESULT_LIMIT = 40_000
 """Characters of a tool result the model gets; the middle of a longer one is cut.
@@ -567,11 +568,13 @@ def _checked_arguments(spec: ToolSpec, arguments: dict[str, Any] | str | None) -
                 f"the {ARGUMENTS_CHARS} allowed"
             )
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
+            arguments = parse_json(arguments, ARGUMENTS_DEPTH)
+        except NestingTooDeep as exc:
+            raise _ToolFailed(
+                f"the arguments for {spec.name} are nested too deeply: {exc}"
+            ) from None
+        except ValueError as exc:
             raise _ToolFailed(f"the arguments for {spec.name} are not valid JSON: {exc}") from exc
-        except RecursionError:
-            raise _ToolFailed(f"the arguments for {spec.name} are nested too deeply") from None
     if not isinstance(arguments, dict):
         raise _ToolFailed(f"the arguments for {spec.name} must be a JSON object")
     properties: dict[str, Any] = spec.parameters["properties"]

@@ -12,6 +12,8 @@ import click
 
 from objstore import AgsError, Store
 
+from .output import visible
+
 
 class AgsGroup(click.Group):
     """Every ``AgsError`` becomes one line on stderr and exit status 1; a
@@ -20,11 +22,11 @@ class AgsGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except AgsError as e:
-            click.echo(f"ags: {e}", err=True)
+        except AgsError as e:  # messages quote names and values from sessions: made visible
+            click.echo(f"ags: {visible(str(e))}", err=True)
         except OSError as e:  # the disk, not the user: full, read-only, out of file handles
             where = f": {e.filename}" if e.filename else ""
-            click.echo(f"ags: {e.strerror or e}{where}", err=True)
+            click.echo(visible(f"ags: {e.strerror or e}{where}"), err=True)
         except KeyboardInterrupt:
             click.echo("ags: interrupted", err=True)
             ctx.exit(130)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
@@ -22,8 +23,18 @@ from objstore import AgsError, Store
 from objstore.resolve import project_root
 
 from .app import cli, open_store
+from .approval import approval_request
 from .history import entry_lines
-from .output import emit_json, first_line, relative_time, short, style, tool_call_summary
+from .output import (
+    emit_json,
+    first_line,
+    one_line,
+    relative_time,
+    short,
+    style,
+    tool_call_summary,
+    visible,
+)
 
 EXIT_INTERRUPTED = 130
 EXIT_STOPPED = 3  # the loop gave the turn back early (too many steps)
@@ -75,19 +86,22 @@ def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class TerminalEvents(AgentEvents):
-    """Streams the answer to stdout, everything else to stderr; asks before mutating tools."""
+    """Streams the answer to stdout, everything else to stderr; asks before mutating
+    tools, showing all of what it asks about (approval.py). Everything a model, a
+    tool or a server wrote is printed made visible (output.visible)."""
 
     def __init__(self, *, yes_tools: bool, stream: bool = True) -> None:
         self.yes_tools = yes_tools
         self.stream = stream
         self.ask = sys.stdin.isatty()
+        self.project = Path.cwd()  # the project the file tools work in; set once known
 
     def text(self, fragment: str) -> None:
         if self.stream:
-            click.echo(fragment, nl=False)
+            click.echo(visible(fragment, multiline=True), nl=False)
 
     def notice(self, message: str) -> None:
-        click.echo(style(f"ags: {message}", dim=True), err=True)
+        click.echo(style(f"ags: {visible(message)}", dim=True), err=True)
 
     def tool_started(self, name: str, arguments: Any) -> None:
         call = {"name": name, "arguments": arguments}
@@ -103,9 +117,11 @@ class TerminalEvents(AgentEvents):
         if not self.ask:
             self.notice(f"{name} needs approval: refused (no terminal; pass --yes-tools)")
             return "no"
-        call = tool_call_summary({"name": name, "arguments": arguments})
+        width = min(shutil.get_terminal_size().columns, 120)
+        for line in approval_request(name, arguments, self.project, width):
+            click.echo(line, err=True)
         answer = click.prompt(
-            f"run {call}? [y]es / [n]o / [a]lways for {name}",
+            f"run it? [y]es / [n]o / [a]lways for {one_line(name)}",
             type=click.Choice(["y", "n", "a", "yes", "no", "always"]),
             show_choices=False,
             err=True,
@@ -132,6 +148,8 @@ def running_agent(
             model=client.model,
         )
         toolbox = Toolbox(choice.project, sandbox, {})
+        if isinstance(events, TerminalEvents):
+            events.project = toolbox.root
         agent = Agent(store, choice.session, client, toolbox, events)  # the writer lock
         try:
             agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
@@ -257,7 +275,7 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
             try:
                 result = agent.turn(line)
             except AgsError as e:  # the model failed, the context is full: the chat goes on
-                click.echo(f"\nags: {e}", err=True)
+                click.echo(f"\nags: {visible(str(e))}", err=True)
                 continue
             click.echo()
             if result.stopped:
@@ -277,12 +295,12 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
         elif name == "sessions":
             for s in store.sessions()[:15]:
                 mark = "*" if s.id == sid else " "
-                click.echo(f"{mark} {short(s.id)}  {(s.title or '(untitled)')[:40]:<40}  "
+                click.echo(f"{mark} {short(s.id)}  {one_line(s.title, '(untitled)')[:40]:<40}  "
                            f"{relative_time(s.updated)}")  # fmt: skip
         elif name == "info":
             s = store.session(sid)
             usage = agent.state.get("usage", {})
-            click.echo(f"session {s.id}  {s.title or '(untitled)'}\n"
+            click.echo(f"session {s.id}  {one_line(s.title, '(untitled)')}\n"
                        f"{s.messages} messages, about {agent.context_tokens()} tokens in context"
                        f" (limit {agent.max_context_tokens or 'unknown'})\n"
                        f"tokens used: {usage.get('prompt_tokens', 0)} in, "
@@ -292,7 +310,7 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
             if not arg:
                 raise click.UsageError("\\title needs a NAME")
             store.set_title(sid, arg)
-            click.echo(f"title: {arg}")
+            click.echo(f"title: {visible(arg)}")
         elif name == "fork":
             click.echo(f"forked: {store.fork(sid)} (ags chat --resume that id)")
         elif name == "compact":
@@ -310,9 +328,9 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
                 f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}"
             )
         else:
-            click.echo(f"unknown command \\{name}; \\help lists them", err=True)
+            click.echo(f"unknown command \\{visible(name)}; \\help lists them", err=True)
     except (AgsError, click.UsageError) as e:
-        click.echo(f"ags: {e}", err=True)
+        click.echo(f"ags: {visible(str(e))}", err=True)
     except KeyboardInterrupt:
         click.echo("ags: interrupted; nothing changed", err=True)
     return True

@@ -11,7 +11,7 @@ import click
 
 from objstore import LogEntry, Node, SessionInfo, Store
 from objstore.diff import diff_sessions
-from objstore.search import SearchIndex, fts_query
+from objstore.search import SearchHit, SearchIndex, fts_query
 
 from .app import cli, open_store
 from .output import (
@@ -19,14 +19,18 @@ from .output import (
     emit_json,
     emit_lines,
     first_line,
+    message_start,
     message_text,
+    one_line,
     relative_time,
     short,
     style,
     tool_call_summary,
+    visible,
     wrap,
 )
 
+LOG_TEXT_CHARS = 20_000  # of one message in a transcript; ags show prints all of it
 ROLE_COLORS = {"user": "green", "assistant": "cyan", "tool": "magenta", "system": "blue"}
 
 
@@ -61,19 +65,20 @@ def entry_lines(entry: LogEntry, *, oneline: bool) -> list[str]:
 
 def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[str]:
     """A message for people; with its ``node``, led by the node's short id and time."""
-    role = msg.get("role", "?") if isinstance(msg, dict) else "?"
-    text = message_text(msg)
+    role = msg.get("role") if isinstance(msg, dict) else None
+    role = role if isinstance(role, str) else "?"
+    text, left_out = message_start(msg, LOG_TEXT_CHARS)
     calls = msg.get("tool_calls") if isinstance(msg, dict) else None
-    label = style(role, fg=ROLE_COLORS.get(role), bold=True)
+    label = style(one_line(role, "?"), fg=ROLE_COLORS.get(role), bold=True)
     if role == "tool" and isinstance(msg, dict):
-        label += f" {msg.get('name') or msg.get('tool_name') or ''}".rstrip()
+        label += f" {one_line(msg.get('name') or msg.get('tool_name'))}".rstrip()
     if node is not None:
         label = f"{style(short(node.id), fg='yellow')} {label}"
     if oneline:
         summary = first_line(text, 60)
         if calls:
             summary = (summary + " " if summary else "") + " ".join(
-                "-> " + tool_call_summary(c) for c in calls
+                "-> " + tool_call_summary(c) for c in (calls if isinstance(calls, list) else [])
             )
         return [f"{label}: {summary}"]
     lines = [f"{label}  {relative_time(node.meta.get('time'))}" if node else label]
@@ -86,7 +91,10 @@ def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[
             lines.append(f"    ... ({len(body) - len(shown)} more lines{where})")
     elif text:
         lines += wrap(text)
-    for call in calls or []:
+        if left_out:
+            where = f"; ags show {short(node.id)}" if node else ""
+            lines.append(f"    ... ({left_out:,} more characters{where})")
+    for call in calls if isinstance(calls, list) else []:
         lines.append("    " + style("-> " + tool_call_summary(call), fg="magenta"))
     return lines
 
@@ -190,7 +198,7 @@ def _log_graph(store: Store, spec: str | None, as_json: bool) -> None:
         where = f"  forked at {short(at)}" if depth and at else ""
         flag = " [archived]" if r.archived else ""
         lines.append(
-            f"{prefix}* {style(short(r.id), fg='yellow')} {r.title or '(untitled)'}{flag}"
+            f"{prefix}* {style(short(r.id), fg='yellow')} {one_line(r.title, '(untitled)')}{flag}"
             f"  ({r.messages} messages, {relative_time(r.updated)}){where}"
         )
         kids = children.get(r.id, [])
@@ -226,13 +234,13 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
     lines = [f"node     {node.id}", f"type     {node.type}", f"parent   {node.parent or '-'}",
              f"position message {node.messages}"]  # fmt: skip
     for key, value in sorted(node.meta.items()):
-        lines.append(f"{key:<8} {json.dumps(value, ensure_ascii=False)}")
+        lines.append(visible(f"{key:<8} {json.dumps(value, ensure_ascii=False)}"))
     if node.is_compaction:
         lines.append(f"kept     {', '.join(short(k) for k in node.kept) or '-'}")
     if isinstance(entry.message, dict):
         lines += ["", *_full_message(entry.message)]
     else:
-        lines += ["", json.dumps(entry.message, ensure_ascii=False)]
+        lines += ["", visible(json.dumps(entry.message, ensure_ascii=False))]
     if state:
         lines += ["", "state:", *("    " + s for s in json.dumps(state, indent=2).split("\n"))]
     emit_lines(lines)
@@ -240,11 +248,11 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
 
 def _full_message(msg: dict[str, Any]) -> list[str]:
     """A message with nothing cut: every field, content unwrapped."""
-    lines = [f"role     {msg.get('role', '?')}"]
+    lines = [f"role     {one_line(msg.get('role'), '?')}"]
     for key, value in sorted(msg.items()):
         if key in ("role", "content"):
             continue
-        lines.append(f"{key:<8} {json.dumps(value, ensure_ascii=False)}")
+        lines.append(visible(f"{key:<8} {json.dumps(value, ensure_ascii=False)}"))
     lines += ["", *message_text(msg).split("\n")]
     return lines
 
@@ -271,7 +279,7 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
         return
     lines = [f"common ancestor: {result.base or '(none: no shared history)'}", ""]
     for name, entries in ((a, result.only_a), (b, result.only_b)):
-        lines.append(style(f"only in {name} ({len(entries)}):", bold=True))
+        lines.append(style(f"only in {visible(name)} ({len(entries)}):", bold=True))
         for e in entries:
             lines += ["  " + line for line in entry_lines(e, oneline=True)]
         lines.append("")
@@ -315,7 +323,7 @@ def search(
     with SearchIndex(store) as index:
         stats = index.rebuild() if rebuild else index.refresh()
         for failed_sid, why in stats.failed:
-            click.echo(f"ags: session {failed_sid} skipped: {why}", err=True)
+            click.echo(f"ags: session {failed_sid} skipped: {visible(why)}", err=True)
         hits = index.search(
             query,
             session=sid,
@@ -333,9 +341,20 @@ def search(
     lines = []
     for hit in hits:
         role_label = "summary" if hit.is_summary else hit.role
-        snippet = hit.marked("\x1b[1m", "\x1b[0m") if color_enabled() else hit.marked()
+        marks = ("\x1b[1m", "\x1b[0m") if color_enabled() else ("[", "]")
         lines.append(
             f"{style(short(hit.session), fg='yellow')} {short(hit.node)} "
-            f"{style(role_label or '?', fg=ROLE_COLORS.get(role_label or ''))}: {snippet}"
+            f"{style(one_line(role_label, '?'), fg=ROLE_COLORS.get(role_label or ''))}: "
+            f"{_marked_snippet(hit, *marks)}"
         )
     emit_lines(lines)
+
+
+def _marked_snippet(hit: SearchHit, before: str, after: str) -> str:
+    """The hit's snippet, visible, each match between ``before`` and ``after`` (which
+    may be escape sequences of our own, so the text is made visible piece by piece)."""
+    out, at = [], 0
+    for start, end in hit.matches:
+        out += [visible(hit.snippet[at:start]), before, visible(hit.snippet[start:end]), after]
+        at = end
+    return "".join([*out, visible(hit.snippet[at:])])

@@ -3,22 +3,28 @@ fsck, du."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 import click
 
-from objstore.errors import AgsError
-from objstore.exchange import export_session, import_document, parse_document
+from objstore.exchange import encode_document, export_session, import_document, read_document
 from objstore.files import atomic_write
 from objstore.fsck import check_store
 from objstore.gc import collect_garbage
 from objstore.stats import store_usage
 
 from .app import cli, open_store
-from .output import emit_json, emit_lines, human_bytes, parse_duration, short
+from .output import (
+    emit_json,
+    emit_lines,
+    human_bytes,
+    json_safe,
+    parse_duration,
+    short,
+    visible,
+)
 
 
 @cli.command("export")
@@ -38,7 +44,7 @@ def export_cmd(ctx: click.Context, spec: str, output: str | None) -> None:
       ags export 3f2a~10 | gzip > early.json.gz
     """
     doc = export_session(open_store(ctx), spec)
-    data = json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
+    data = encode_document(doc, json_safe)
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -66,11 +72,7 @@ def import_cmd(ctx: click.Context, file: IO[bytes], new_session: bool, as_json: 
       ags import session.json
       ssh box ags export 3f2a | ags import -
     """
-    try:
-        data = file.read()
-    except OSError as e:
-        raise AgsError(f"cannot read {file.name}: {e.strerror or e}") from None
-    doc = parse_document(data)
+    doc = read_document(file, str(getattr(file, "name", "<stdin>")))
     result = import_document(open_store(ctx), doc, new_session=new_session)
     if as_json:
         emit_json(result)
@@ -182,7 +184,7 @@ def fsck(ctx: click.Context, as_json: bool) -> None:
         emit_json(report)
     else:
         for problem in report.problems:
-            click.echo(str(problem))
+            click.echo(visible(str(problem)))
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
         click.echo(f"checked {report.objects} objects and {report.refs} refs: {verdict}",
                    err=not report.ok)  # fmt: skip

@@ -3,6 +3,14 @@
 Colour only on a terminal and never with NO_COLOR (https://no-color.org);
 long output goes through a pager only on a terminal. Nothing here decides
 what to print, only how.
+
+Text from a session (titles, messages, tool output, names, metadata) is
+written by whoever wrote the session: a model, a tool, an imported file. It
+never reaches the terminal as it is: ``visible`` turns every control
+character (escape sequences, carriage returns, backspaces, bidi overrides,
+invisible format characters) into an escape a person can read, terminal or
+not, and ``emit_json`` writes the same characters as JSON escapes, which
+keeps the JSON exact.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -20,6 +29,46 @@ from typing import Any
 import click
 
 from objstore.search import content_text
+
+# C0 and C1 controls and DEL (tab and newline are added per use), and the format
+# characters that reorder or hide text: bidi embeddings, overrides, isolates and
+# marks (the "Trojan Source" set), zero-width spaces and joiners that join
+# nothing, the BOM, interlinear annotations, invisible operators and the tag
+# characters that spell hidden ASCII. ZWJ and ZWNJ stay: scripts and emoji need them.
+_HIDDEN = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u202a-\u202e"
+    "\u2028\u2029\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
+_IN_LINE = re.compile(f"[\t\n{_HIDDEN}]")
+_IN_BODY = re.compile(f"[{_HIDDEN}]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(text: str, *, multiline: bool = False) -> str:
+    """``text`` safe to print: every control or hidden character as an escape
+    (``\\x1b``, ``\\r``, ``\\u202e``), the way Python writes it in a string.
+    ``multiline`` keeps newlines and tabs, for a body printed over several lines;
+    otherwise they are escaped too, so one field stays on one line."""
+    return (_IN_BODY if multiline else _IN_LINE).sub(_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON spells an astral character as a surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def color_enabled() -> bool:
@@ -43,8 +92,15 @@ def emit_lines(lines: Iterable[str], *, page: bool = True) -> None:
         click.echo(line)
 
 
+def json_safe(text: str) -> str:
+    """JSON text with every hidden character as a ``\\u`` escape: the same JSON value
+    (JSON escapes C0 controls itself; in JSON text the others occur only in strings)."""
+    return _IN_BODY.sub(_json_escape, text)
+
+
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+    """Print JSON: exactly the value, safe for a terminal (``json_safe``)."""
+    click.echo(json_safe(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)))
 
 
 def to_jsonable(value: Any) -> Any:
@@ -67,8 +123,8 @@ def relative_time(iso: str | None, now: datetime | None = None) -> str:
         return "never"
     try:
         then = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    except ValueError:
-        return iso
+    except (ValueError, TypeError):
+        return visible(str(iso))
     seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
     if seconds < 0:
         return "just now"
@@ -93,23 +149,45 @@ def short(oid: str | None, n: int = 12) -> str:
     return oid[:n] if oid else "-"
 
 
+def one_line(value: Any, default: str = "") -> str:
+    """A value from a session (a title, a role, a path) for one line: visible, or
+    ``default`` when it is missing or empty."""
+    if value is None or value == "":
+        return default
+    return visible(value if isinstance(value, str) else str(value))
+
+
 def message_text(message: Any) -> str:
-    """The readable text of a message: its content, whatever shape that takes."""
+    """The readable text of a message, whatever shape its content takes; visible,
+    newlines and tabs kept."""
+    return visible(_raw_text(message), multiline=True)
+
+
+def message_start(message: Any, limit: int) -> tuple[str, int]:
+    """The first ``limit`` characters of ``message_text`` (cut before it is made
+    visible, so a huge message costs its first part only), and how many were left."""
+    raw = _raw_text(message)
+    return visible(raw[:limit], multiline=True), max(len(raw) - limit, 0)
+
+
+def _raw_text(message: Any) -> str:
     if not isinstance(message, dict):
         return json.dumps(message, ensure_ascii=False)
     return content_text(message.get("content"))  # a string, or the text of its parts
 
 
 def tool_call_summary(call: Any) -> str:
-    """``name(arg=value, ...)`` for one tool call, values cut short."""
+    """``name(arg=value, ...)`` for one tool call, values cut short: a listing, not
+    what a person approves (``approval.approval_request`` shows all of it)."""
     if not isinstance(call, dict):
-        return str(call)
+        return _cut(str(call), 60)
     fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
-    name = fn.get("name", "?")
+    name = one_line(fn.get("name"), "?")
     args = fn.get("arguments", {})
     if isinstance(args, dict):
         shown = ", ".join(
-            f"{k}={_cut(json.dumps(v, ensure_ascii=False), 40)}" for k, v in args.items()
+            f"{_cut(str(k), 40)}={_cut(json.dumps(v, ensure_ascii=False), 40)}"
+            for k, v in args.items()
         )
     else:
         shown = _cut(str(args), 60)
@@ -117,7 +195,7 @@ def tool_call_summary(call: Any) -> str:
 
 
 def _cut(text: str, n: int) -> str:
-    text = text.replace("\n", "\\n")
+    text = visible(text)
     return text if len(text) <= n else text[: n - 1] + "…"
 
 

@@ -12,7 +12,16 @@ from objstore import InvalidInput
 from objstore.stats import session_usage
 
 from .app import cli, open_store
-from .output import emit_json, emit_lines, human_bytes, relative_time, short, style
+from .output import (
+    emit_json,
+    emit_lines,
+    human_bytes,
+    one_line,
+    relative_time,
+    short,
+    style,
+    visible,
+)
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -44,10 +53,11 @@ def sessions(ctx: click.Context, archived: bool, show_all: bool, as_json: bool) 
     home = os.path.expanduser("~")
     lines = []
     for r in rows:
-        title = (r.title or "(untitled)") + (" [archived]" if r.archived else "")
-        root = r.root or ""
+        title = one_line(r.title, "(untitled)") + (" [archived]" if r.archived else "")
+        root = r.root if isinstance(r.root, str) else ""
         if root.startswith(home + os.sep):
             root = "~" + root[len(home) :]
+        root = visible(root)
         lines.append(
             f"{style(short(r.id), fg='yellow')}  {title[:40]:<40}  "
             f"{relative_time(r.updated):>15}  {r.messages:>6}  {root}"
@@ -114,7 +124,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if target is None:
         click.echo("nothing checked out here (ags checkout SPEC)")
     elif info is not None:
-        click.echo(f"on session {info.id}  {info.title or '(untitled)'}")
+        click.echo(f"on session {info.id}  {one_line(info.title, '(untitled)')}")
         click.echo(f"  {info.messages} messages, last active {relative_time(info.updated)}")
         if info.archived:
             click.echo("  archived: unarchive it to continue")
@@ -183,7 +193,7 @@ def tags(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(found)
         return
-    emit_lines([f"{name}  {short(node)}" for name, node in found.items()] or ["no tags"])
+    emit_lines([visible(f"{name}  {short(node)}") for name, node in found.items()] or ["no tags"])
 
 
 @cli.command()
@@ -199,7 +209,7 @@ def title(ctx: click.Context, session: str, title: str) -> None:
     """
     store = open_store(ctx)
     store.set_title(session, title)
-    click.echo(f"session {short(store.session_id(session))}: {title}")
+    click.echo(f"session {short(store.session_id(session))}: {visible(title)}")
 
 
 @cli.command()
@@ -238,7 +248,7 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
                    f"{human_bytes(usage.unique_stored_bytes)} its own, "
                    f"{human_bytes(usage.shared_stored_bytes)} shared"),
     ]  # fmt: skip
-    emit_lines([f"{k + ':':<13}{v}" for k, v in rows], page=False)
+    emit_lines([f"{k + ':':<13}{visible(str(v))}" for k, v in rows], page=False)
 
 
 @cli.command()
@@ -316,8 +326,10 @@ def reflog(ctx: click.Context, spec: str, as_json: bool) -> None:
         return
     emit_lines(
         [
-            f"@{{{i + 1}}}  {short(line.old)} -> {short(line.new)}  {line.reason}  "
-            f"{relative_time(line.time)}"
+            visible(
+                f"@{{{i + 1}}}  {short(line.old)} -> {short(line.new)}  {line.reason}  "
+                f"{relative_time(line.time)}"
+            )
             for i, line in enumerate(lines)
         ]
         or ["no entries"]

@@ -7,7 +7,8 @@ so the same message gets the same id in any session on any machine.
 Only values that survive a JSON round trip exactly are accepted: dicts with
 string keys, lists, strings, ints, finite floats, booleans and None. A tuple,
 a non-string key, NaN or a lone surrogate would come back different, so it is
-refused instead of silently changed.
+refused instead of silently changed. So is a value nested deeper than
+``limits.MAX_DEPTH``, when writing and when reading.
 """
 
 from __future__ import annotations
@@ -17,27 +18,31 @@ import math
 from typing import Any
 
 from .errors import InvalidInput
+from .limits import MAX_DEPTH, parse_json
 
 _encoder = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
 
 
-def check_json(value: Any, where: str = "value") -> None:
-    """Raise InvalidInput if ``value`` would not come back exactly from JSON."""
-    stack: list[tuple[Any, str]] = [(value, where)]
+def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> None:
+    """Raise InvalidInput if ``value`` would not come back exactly from JSON, or nests
+    containers deeper than ``max_depth``."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
-        item, path = stack.pop()
+        item, path, depth = stack.pop()
         kind = type(item)
         if kind is str:
             continue
+        if (kind is dict or kind is list) and depth == max_depth:
+            raise InvalidInput(f"{path}: nested deeper than {max_depth} levels, the limit")
         if kind is dict:
             for key, sub in item.items():
                 if type(key) is not str:
                     raise InvalidInput(f"{path}: key {key!r} is not a string")
-                stack.append((sub, f"{path}.{key}"))
+                stack.append((sub, f"{path}.{key}", depth + 1))
         elif kind is list:
-            stack.extend((sub, f"{path}[{i}]") for i, sub in enumerate(item))
+            stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
         elif kind is float:
             if not math.isfinite(item):
                 raise InvalidInput(f"{path}: {item!r} is not a JSON number")
@@ -57,9 +62,7 @@ def dumps(value: Any, where: str = "value") -> bytes:
         ) from None
 
 
-_decoder = json.JSONDecoder()
-
-
-def loads(data: bytes) -> Any:
-    """Parse JSON bytes (UTF-8). Raises ValueError, as ``json.loads`` does."""
-    return _decoder.decode(data.decode("utf-8"))
+def loads(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse JSON bytes (UTF-8). Raises ValueError, as ``json.loads`` does, also for
+    a value nested deeper than ``max_depth`` (``limits.NestingTooDeep``)."""
+    return parse_json(data.decode("utf-8"), max_depth)

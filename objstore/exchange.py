@@ -5,23 +5,40 @@ holds the session's metadata, its head, and every object the head reaches,
 decoded, each with its id. It is readable without ags: an id is the BLAKE3 of
 ``kind + NUL + canonical JSON of body``.
 
-Import trusts nothing in the file. It checks the schema, recomputes every id,
-parses every node, and checks every link before it writes anything; then it
-writes the objects (one sync) and the ref last. Importing the same file twice
-changes nothing the second time; importing a later export of the same session
-moves its head forward; a session that has diverged is refused.
+Import trusts nothing in the file. It reads no more than the document limit,
+parses with a nesting limit, checks the schema, recomputes every id, checks
+each object's size, parses every node, and checks every link before it writes
+anything; then it writes the objects (one sync) and the ref last. Times in the
+session metadata are normalised, and a time in the future is clamped to the
+moment of import. Importing the same file twice changes nothing the second
+time; importing a later export of the same session moves its head forward; a
+session that has diverged is refused. The limits are in ``limits.py``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import time
+from calendar import timegm
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from . import canonical, objects
 from .errors import AgsError, InvalidInput, ObjectError, RefConflict, SessionArchived
+from .limits import (
+    DOCUMENT_DEPTH,
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    MAX_OBJECT_BYTES,
+    NestingTooDeep,
+    parse_json,
+)
 from .nodes import Node, parse_node
 from .reach import node_links
 from .refs import RefRecord, now_iso
@@ -30,6 +47,8 @@ from .store import META_FIELDS, Store, new_session_id
 
 EXPORT_FORMAT: Final = "ags-export"
 EXPORT_VERSION: Final = 1
+READ_CHUNK: Final = 1 << 20
+TIME_FIELDS: Final = ("created", "updated", "archived_at")  # session times import checks
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
 
 
@@ -61,6 +80,22 @@ def export_session(store: Store, spec: str) -> dict[str, Any]:
         "session": session,
         "objects": list(_objects_from(store, target.node)),
     }
+
+
+def encode_document(doc: dict[str, Any], escape: Callable[[str], str] | None = None) -> bytes:
+    """The bytes ``ags export`` writes for a document; InvalidInput if they would be
+    over the document limit, which import refuses (export an earlier node instead).
+
+    ``escape`` may rewrite the JSON text into equal JSON (the command line writes
+    terminal control characters as ``\\u`` escapes)."""
+    text = json.dumps(doc, ensure_ascii=False, indent=1)
+    data = (escape(text) if escape else text).encode("utf-8") + b"\n"
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(
+            f"the export would be {len(data):,} bytes, over the limit of an export document "
+            f"({MAX_DOCUMENT_BYTES:,} bytes): export an earlier node (SPEC~N)"
+        )
+    return data
 
 
 def _objects_from(store: Store, head: str | None) -> Any:
@@ -97,14 +132,40 @@ class ImportResult:
     action: str  # "created", "fast-forward", "unchanged"
 
 
+def read_document(stream: IO[bytes], name: str = "the document") -> dict[str, Any]:
+    """Read and parse the export document from ``stream``, never more than the
+    document limit of it: a file that says it is bigger is refused before it is
+    read, a pipe as soon as the limit is passed."""
+    too_big = BadExport(f"{name} is over {MAX_DOCUMENT_BYTES:,} bytes, the limit of a document")
+    data = bytearray()
+    try:
+        with suppress(AttributeError, OSError, ValueError):  # no file behind it: just read
+            st = os.fstat(stream.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_DOCUMENT_BYTES:
+                raise too_big
+        while chunk := stream.read(min(READ_CHUNK, MAX_DOCUMENT_BYTES + 1 - len(data))):
+            data += chunk
+            if len(data) > MAX_DOCUMENT_BYTES:
+                raise too_big
+    except OSError as e:
+        raise InvalidInput(f"cannot read {name}: {e.strerror or e}") from None
+    text = _utf8(data)
+    del data  # from here the text alone: a big document is held once, not twice
+    return parse_document(text)
+
+
 def parse_document(data: str | bytes) -> dict[str, Any]:
     """The JSON document in ``data``, or a BadExport that says where it breaks."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise BadExport(f"the document is over {MAX_DOCUMENT_BYTES:,} bytes, the limit")
+    text = _utf8(data) if isinstance(data, bytes) else data
     try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-    except UnicodeDecodeError as e:
-        raise BadExport(f"not UTF-8 text (byte {e.start})") from None
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = parse_json(text, DOCUMENT_DEPTH, parse_constant=_no_constant)
+    except NestingTooDeep:
+        raise BadExport(
+            f"nested deeper than an export document may be ({DOCUMENT_DEPTH} levels: "
+            f"{MAX_DEPTH} in an object's body)"
+        ) from None
     except json.JSONDecodeError as e:
         body = text.strip()
         if not body:
@@ -112,11 +173,18 @@ def parse_document(data: str | bytes) -> dict[str, Any]:
         cut = body.startswith("{") and not body.endswith("}")
         what = "truncated, not valid JSON" if cut else "not valid JSON"
         raise BadExport(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except ValueError as e:
+    except ValueError as e:  # a NaN
         raise BadExport(f"not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise BadExport("$: an export document is a JSON object")
     return doc
+
+
+def _utf8(data: bytes | bytearray) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadExport(f"not UTF-8 text (byte {e.start})") from None
 
 
 def _no_constant(name: str) -> Any:
@@ -139,10 +207,15 @@ def check_document(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, bytes]], d
     for i, obj in enumerate(doc["objects"]):
         place = f"$.objects[{i}]"
         try:
-            canonical.check_json(obj["body"], f"{place}.body")
+            canonical.check_json(obj["body"], f"{place}.body", MAX_DEPTH)
             body = canonical.dumps(obj["body"], f"{place}.body")
         except AgsError as e:
             raise BadExport(str(e)) from None
+        if len(body) > MAX_OBJECT_BYTES:
+            raise BadExport(
+                f"{place}.body: {len(body):,} bytes, over the limit of one object "
+                f"({MAX_OBJECT_BYTES:,} bytes)"
+            )
         oid = objects.object_id(obj["kind"], body)
         if oid != obj["id"]:
             raise BadExport(
@@ -174,6 +247,9 @@ def check_document(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, bytes]], d
     if head is not None and head not in nodes:
         raise BadExport(f"$.head: names {head}, which is not a node in the file")
     if session is not None:
+        for name in TIME_FIELDS:
+            if session.get(name) is not None:
+                _import_time(session[name], f"$.session.{name}")  # a real date
         count = nodes[head].messages if head else 0
         if session["messages"] != count:
             raise BadExport(f"$.session.messages: says {session['messages']}, head has {count}")
@@ -201,6 +277,10 @@ def import_document(
     head: str | None = doc["head"]
     meta = dict(doc["session"] or {})
     sid = meta.pop("id", None)
+    now = int(time.time() * 1000)
+    for name in TIME_FIELDS:
+        if meta.get(name) is not None:
+            meta[name] = _time_text(min(_import_time(meta[name], name), now))
     if new_session or sid is None:
         sid = None
     else:
@@ -216,6 +296,22 @@ def import_document(
             meta.setdefault("messages", nodes[head].messages if head else 0)
         action = _write_ref(store, sid, head, meta, nodes)
     return ImportResult(sid, head, len(by_id), action)
+
+
+def _import_time(text: str, where: str) -> int:
+    """Milliseconds since the epoch of a time the schema let through
+    (``...T..:..:..[.f]Z``); BadExport for one that is not a real date (month 13)."""
+    whole, _, fraction = text[:-1].partition(".")
+    try:
+        seconds = timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        raise BadExport(f"{where}: {text!r} is not a real time") from None
+    return seconds * 1000 + int(fraction.ljust(3, "0")[:3])
+
+
+def _time_text(ms: int) -> str:
+    """The time format of refs (``refs.iso_time``), from whole milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
 def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, Node]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import canonical
 from .errors import AgsError, ObjectError
 from .nodes import Node, parse_node
 from .reach import node_links
@@ -60,6 +61,11 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
                 nodes[oid] = parse_node(oid, body)
             except ObjectError as e:
                 problems.append(Problem(oid, str(e).removeprefix(f"object {oid} ")))
+        else:
+            try:
+                canonical.loads(body)  # within the format's limits, as every read needs it
+            except ValueError as e:
+                problems.append(Problem(oid, f"is not a blob ags can read: {e}"))
     if progress:
         progress(len(ids), len(ids))
 

@@ -10,6 +10,11 @@ format byte followed by the payload:
 * ``0x01``: a zstd frame holding ``kind + b"\\0" + body``.
 
 Any other format byte is refused: a reader never guesses.
+
+No body is bigger than ``limits.MAX_OBJECT_BYTES``: ``stored_form`` refuses to
+write one, and ``decode`` never decompresses more than that, whatever a
+(damaged) frame header claims, so a bad frame costs an error, not the memory
+it asks for.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Final
 import blake3
 import zstandard
 
-from .errors import CorruptObject, InvalidName
+from .errors import CorruptObject, InvalidInput, InvalidName
+from .limits import MAX_OBJECT_BYTES
 
 KINDS: Final = frozenset({"blob", "node"})
 ID_HEX_LEN: Final = 64
@@ -28,6 +34,9 @@ ID_RE: Final = re.compile(r"[0-9a-f]{64}")
 FORMAT_ZSTD: Final = 0x01
 _FORMAT_ZSTD_BYTE: Final = bytes((FORMAT_ZSTD,))
 ZSTD_LEVEL: Final = 3
+# The longest kind ("blob", "node"; "ref" for pack journal records) + NUL + a body.
+MAX_CONTENT_BYTES: Final = len("node") + 1 + MAX_OBJECT_BYTES
+_READ_CHUNK: Final = 1 << 20
 
 _compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 _decompressor = zstandard.ZstdDecompressor()
@@ -45,7 +54,13 @@ def object_id(kind: str, body: bytes) -> str:
 
 
 def stored_form(kind: str, body: bytes) -> bytes:
-    """The bytes a loose file or pack record holds for an object."""
+    """The bytes a loose file or pack record holds for an object (InvalidInput for a
+    body over the size limit: no such object is ever written)."""
+    if len(body) > MAX_OBJECT_BYTES:
+        raise InvalidInput(
+            f"a {kind} of {len(body):,} bytes is over the limit of one object "
+            f"({MAX_OBJECT_BYTES:,} bytes)"
+        )
     return _FORMAT_ZSTD_BYTE + _compressor.compress(kind.encode("ascii") + b"\0" + body)
 
 
@@ -59,10 +74,7 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if stored[:1] != _FORMAT_ZSTD_BYTE:
         why = f"unknown format byte 0x{stored[0]:02x}" if stored else "it is empty"
         raise CorruptObject(oid, why)
-    try:
-        content = _decompressor.decompress(stored[1:])
-    except zstandard.ZstdError as e:
-        raise CorruptObject(oid, f"zstd: {e}") from None
+    content = _decompressed(oid, memoryview(stored)[1:])
     if blake3.blake3(content).hexdigest() != oid:
         raise CorruptObject(oid, "its content does not hash to its id")
     kind, _, body = content.partition(b"\0")
@@ -70,6 +82,31 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if text not in kinds:
         raise CorruptObject(oid, f"unknown kind {text!r}")
     return text, body
+
+
+def _decompressed(oid: str, frame: memoryview) -> bytes:
+    """The content of one zstd frame, never more than MAX_CONTENT_BYTES of it."""
+    try:
+        size = zstandard.frame_content_size(frame)
+        if size > MAX_CONTENT_BYTES:
+            raise CorruptObject(
+                oid, f"its zstd frame claims {size:,} bytes, over the limit of an object"
+            )
+        if size >= 0:  # the one-shot decompressor allocates what the header says
+            return _decompressor.decompress(frame)
+        # No size in the header (ags writes one, other writers may not): read in
+        # chunks, so the limit, not the frame, decides what is allocated.
+        chunks: list[bytes] = []
+        total = 0
+        with _decompressor.stream_reader(frame, read_across_frames=False) as reader:
+            while chunk := reader.read(_READ_CHUNK):
+                total += len(chunk)
+                if total > MAX_CONTENT_BYTES:
+                    raise CorruptObject(oid, "its zstd frame holds more than an object may")
+                chunks.append(chunk)
+        return b"".join(chunks)
+    except zstandard.ZstdError as e:
+        raise CorruptObject(oid, f"zstd: {e}") from None
 
 
 def content_size(stored: bytes) -> int | None:

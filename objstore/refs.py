@@ -155,8 +155,8 @@ class RefStore:
         try:
             with open(self.path(name), "rb") as f:
                 data = f.read()
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None  # a directory of longer names (tags/t of tags/t/a) is no ref either
         try:
             body = canonical.loads(data)
             return RefRecord(name, int(body["generation"]), body["target"], body)

@@ -7,7 +7,8 @@ version, is made again silently. Nothing in the store depends on it.
 
 It indexes the whole parent chain of every session (history that compaction
 took out of the context included, and compaction summaries, marked as such),
-each message blob once however many nodes and sessions share it. Which
+each message blob once however many nodes and sessions share it, up to
+``limits.MAX_INDEXED_CHARS`` of its text. Which
 sessions reach a node is kept as *segments*: a segment is a run of nodes,
 each the parent of the next, numbered by depth (distance from the first node
 of the chain); a segment that starts at a fork names the segment and depth it
@@ -46,9 +47,10 @@ from typing import Any, Final, NamedTuple, TypeVar
 import zstandard
 
 from .errors import AgsError, InvalidInput
+from .limits import MAX_INDEXED_CHARS
 from .store import SessionInfo, Store
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: a message's text is indexed up to MAX_INDEXED_CHARS
 STAMP_SETTLE_S: Final = 2.0  # see SearchIndex._refs_stamp
 INDEX_PATH: Final = Path("cache") / "search.sqlite"
 BUSY_TIMEOUT_S: Final = 60.0
@@ -171,6 +173,12 @@ def message_text(message: Any) -> str:
     else:
         _content_text(message, parts)
     return "\n".join(p for p in parts if p).translate(_UNSAFE)
+
+
+def indexed_text(message: Any) -> str:
+    """What the index keeps of a message: the start of its text, MAX_INDEXED_CHARS at
+    most, so the cost of a hit (a snippet reads the text) has a bound."""
+    return message_text(message)[:MAX_INDEXED_CHARS]
 
 
 def content_text(value: Any) -> str:
@@ -523,7 +531,8 @@ class SearchIndex:
                 else:
                     message = self.store.blob(blob)
                     role = message.get("role") if isinstance(message, dict) else None
-                    texts[blob] = (message_text(message), role if isinstance(role, str) else None)
+                    text = indexed_text(message)
+                    texts[blob] = (text, role if isinstance(role, str) else None)
             time = node.meta.get("time")
             new.append((node.id, blob, node.is_compaction, time if isinstance(time, str) else ""))
             node_id = node.parent

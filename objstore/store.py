@@ -33,6 +33,7 @@ from .errors import (
     UnknownSpec,
 )
 from .files import atomic_write
+from .limits import MAX_DEPTH, MAX_OBJECT_BYTES
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore
@@ -52,6 +53,7 @@ FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
+META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
 # The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.
 META_FIELDS: Final = (
     "title", "created", "updated", "archived_at", "root", "forked_from", "model", "messages",
@@ -129,10 +131,16 @@ class _Tip:
     pending: list[str]
 
 
-def _json_body(value: Any, where: str) -> bytes:
-    """Canonical bytes of a value to store, or InvalidInput: checked before anything is written."""
-    canonical.check_json(value, where)
-    return canonical.dumps(value, where)
+def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
+    """Canonical bytes of a value to store, or InvalidInput: checked before anything is
+    written, limits included (limits.py)."""
+    canonical.check_json(value, where, max_depth)
+    body = canonical.dumps(value, where)
+    if len(body) > MAX_OBJECT_BYTES:
+        raise InvalidInput(
+            f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})"
+        )
+    return body
 
 
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
@@ -224,8 +232,8 @@ class Store:
             raise CorruptObject(blob_id, f"expected a blob, found a {kind}")
         try:
             return canonical.loads(body)
-        except ValueError:
-            raise CorruptObject(blob_id, "blob is not JSON") from None
+        except ValueError as e:
+            raise CorruptObject(blob_id, f"blob is not JSON: {e}") from None
 
     # -- sessions --------------------------------------------------------------
 
@@ -237,6 +245,8 @@ class Store:
     ) -> str:
         """Create an empty session; return its id."""
         _check_title(title)
+        if model is not None and (type(model) is not str or len(model) > 1000):
+            raise InvalidInput("a model name must be text of at most 1000 characters")
         root_path = project_root(root) if root is not None else None
         return self._create_session(None, title, root_path, model, None, 0)
 
@@ -367,7 +377,7 @@ class Store:
             raise InvalidInput("a message must be a JSON object")
         message_body = _json_body(message, "message")
         state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta")
+        _json_body(meta, "meta", META_DEPTH)
         sid, tip = self._writable(session)
         parent = tip.head
         message_id = self.objects.put("blob", message_body)
@@ -409,7 +419,7 @@ class Store:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body = _json_body(summary, "summary")
         state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta")
+        _json_body(meta, "meta", META_DEPTH)
         sid, tip = self._writable(session)
         parent = tip.head
         if parent is None:

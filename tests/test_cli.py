@@ -526,3 +526,32 @@ def test_gc_beside_a_concurrent_writer_loses_nothing(tmp_path):
         assert contents == [f"message {i % 200}" for i in range(400)]
     code, out, _ = ags(world, "fsck")
     assert code == 0, out
+
+
+def test_log_shows_the_start_of_a_huge_message_and_show_all_of_it(tmp_path):
+    from cli.history import LOG_TEXT_CHARS
+
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        text = "start " + "word " * LOG_TEXT_CHARS + "the end"
+        s.append(sid, {"role": "user", "content": text})
+        node = s.resolve(sid)
+    world = World(tmp_path / "s", sid, sid, sid, node)
+    code, out, _ = ags(world, "log", sid)
+    assert code == 0 and "start word" in out and "the end" not in out
+    assert f"... ({len(text) - LOG_TEXT_CHARS:,} more characters; ags show {node[:12]})" in out
+    code, out, _ = ags(world, "show", sid)
+    assert code == 0 and text in out
+
+
+def test_a_spec_that_names_a_directory_of_tags_is_no_tag(world):
+    """Found by tests/test_fuzz.py: refs/tags/a is a directory once tag a/b exists."""
+    assert ags(world, "tag", "a/b", world.a)[0] == 0
+    for spec, error in [
+        ("a", "no session, node or tag matches 'a'"),
+        ("a/b/c", "no session, node or tag matches 'a/b/c'"),  # a/b is a file
+        ("tags/a", "no tag a"),
+        ("checkpoint/x", "no session, node or tag matches 'checkpoint/x'"),
+    ]:
+        code, _, err = ags(world, "log", spec)
+        assert code == 1 and err == f"ags: {error}\n", err

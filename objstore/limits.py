@@ -1,0 +1,85 @@
+"""The limits of the format, defined once: how deep a JSON value may nest, how big
+one object and one export document may be, and how much of a message search
+indexes (FORMAT.md section 3.1 says why each is what it is).
+
+Every entrance checks them: ``Store.append`` and the other writers (through
+``canonical.check_json`` and ``objects.stored_form``), import (the document's
+size before it is read, its nesting while it is parsed, each object's size),
+every read of an object (``objects.decode`` caps decompression, and
+``canonical.loads`` refuses a body nested too deep), and the model clients'
+parse of replies and tool arguments (``parse_json``). Code that walks a JSON
+value recursively (the JSON encoder, search's text extraction, printing) can
+then rely on a depth far below Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+MAX_DEPTH: Final = 100
+"""Containers (objects and arrays) nested in one stored JSON value: ``"x"`` is 0,
+``{}`` 1, ``{"a": [1]}`` 2. Chat messages nest about 6 deep; Ruby's JSON parser
+refuses beyond 100 by default, serde_json beyond 128."""
+
+MAX_OBJECT_BYTES: Final = 128 * 1024 * 1024
+"""Bytes of one object's canonical body (a message, a summary, a state, a node).
+Model APIs refuse whole requests smaller than this (Anthropic: 32 MB; OpenAI:
+50 MB of images, about 67 MB as base64), so a message above it was never sent
+to a model; one with many base64-encoded images fits."""
+
+MAX_DOCUMENT_BYTES: Final = 1024 * 1024 * 1024
+"""Bytes of one export document. Import reads at most this much (and checks it in
+memory, about 2.5 times its size at the peak); export refuses to write a bigger one."""
+
+DOCUMENT_DEPTH: Final = MAX_DEPTH + 3
+"""Nesting of an export document: an object's body sits 3 containers deep
+(the document, ``objects``, the object)."""
+
+MAX_INDEXED_CHARS: Final = 1024 * 1024
+"""Characters of one message's text that search indexes (the start of it).
+Search's cost per hit (a snippet re-reads the text) is bounded by this, not by
+the largest message in the store."""
+
+
+class NestingTooDeep(ValueError):
+    """JSON text nests containers deeper than allowed (a ValueError, like any bad JSON)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested deeper than {limit} levels, the limit")
+        self.limit = limit
+
+
+def depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests containers deeper than ``limit``. Iterative,
+    so any depth is measured without recursion."""
+    stack: list[tuple[Any, int]] = []
+    if type(value) is dict or type(value) is list:
+        stack.append((value, 1))
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for sub in item.values() if type(item) is dict else item:
+            if type(sub) is dict or type(sub) is list:
+                stack.append((sub, depth + 1))
+    return False
+
+
+def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) -> Any:
+    """``json.loads`` that refuses nesting beyond ``max_depth`` with NestingTooDeep.
+
+    The standard parser recurses once per level and gives up, with a
+    RecursionError, at a depth that depends on the caller's own stack; so
+    anything deeper than it reaches is refused the same way as anything deeper
+    than ``max_depth`` that it did reach. ``options`` go to ``json.loads``.
+    """
+    try:
+        value = json.loads(text, **options)
+    except RecursionError:
+        raise NestingTooDeep(max_depth) from None
+    # The walk visits containers only: for a message, a handful (cheaper than
+    # counting brackets in its text would be).
+    if depth_exceeds(value, max_depth):
+        raise NestingTooDeep(max_depth)
+    return value
