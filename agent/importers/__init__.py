@@ -37,7 +37,7 @@ _TOOLS = {
         claude_code.accepts,
         claude_code.sources,
         claude_code.is_agent_file,
-    ),  # fmt: skip
+    ),
     "codex": _Tool(codex.default_paths, codex.accepts, codex.sources, lambda p: False),
     "gemini": _Tool(gemini.default_paths, gemini.accepts, gemini.sources, lambda p: False),
 }
@@ -83,8 +83,9 @@ def _import_file(
     same = unchanged_by_stat(claims, path, size, mtime_ns)
     if same is not None:
         imp = same.imported or {}
-        return ImportRow(str(path), tool, same.id, "unchanged", same.messages,
-                         records=int(imp.get("records", 0)))  # fmt: skip
+        return ImportRow(
+            str(path), tool, same.id, "unchanged", same.messages, records=int(imp.get("records", 0))
+        )
     try:
         sources = spec.sources(path)
         row = write_source(store, sources[0], claims, dry_run=dry_run)
@@ -98,6 +99,7 @@ def _import_file(
     except (SourceError, AgsError) as e:
         return ImportRow(str(path), tool, status="failed", problems=[str(e)])
     except OSError as e:
-        return ImportRow(str(path), tool, status="failed",
-                         problems=[f"{e.strerror or e}: {e.filename or path}"])  # fmt: skip
+        return ImportRow(
+            str(path), tool, status="failed", problems=[f"{e.strerror or e}: {e.filename or path}"]
+        )
     return row

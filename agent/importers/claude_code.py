@@ -31,15 +31,27 @@ from .records import (
     raw_text,
     stat_of,
     text_of,
+    torn_problem,
 )
 from .session_writer import SourceError
 from .transcript_builder import TranscriptBuilder, call
 
 TOOL: Final = "claude-code"
-KNOWN_TYPES: Final = frozenset({
-    "user", "assistant", "system", "summary", "custom-title", "ai-title",
-    "file-history-snapshot", "queue-operation", "progress", "attachment", "pr-link",
-})  # fmt: skip
+KNOWN_TYPES: Final = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "summary",
+        "custom-title",
+        "ai-title",
+        "file-history-snapshot",
+        "queue-operation",
+        "progress",
+        "attachment",
+        "pr-link",
+    }
+)
 
 
 def default_paths() -> list[Path]:
@@ -85,19 +97,18 @@ class _Index:
     def _add(self, line: Any) -> None:
         rec = parse_line(line)
         if rec.problem == "torn":
-            self.problems.append(
-                f"line {line.number}: torn last line ({len(line.data)} bytes) left for the next import"
-            )
+            self.problems.append(torn_problem(line))
             return
         if rec.problem:
             self.problems.append(rec.problem)
         value = rec.value
         if value is None:
             if line.data.strip():
-                self.entries.append(Entry(line.number, line.offset, len(line.data),
-                                          line_key(line.data), ""))  # fmt: skip
+                self.entries.append(
+                    Entry(line.number, line.offset, len(line.data), line_key(line.data), "")
+                )
             return
-        kind = value.get("type") if isinstance(value.get("type"), str) else ""
+        kind = str(value["type"]) if isinstance(value.get("type"), str) else ""
         if kind not in KNOWN_TYPES:
             self.unknown += 1
         sid = value.get("sessionId") if isinstance(value.get("sessionId"), str) else None
@@ -113,9 +124,15 @@ class _Index:
         if parent is None:
             parent = value.get("logicalParentUuid")  # a compaction's new root
         entry = Entry(
-            line.number, line.offset, len(line.data), line_key(line.data, sid), kind,
-            uuid, parent if isinstance(parent, str) else None, value.get("isSidechain") is True,
-        )  # fmt: skip
+            line.number,
+            line.offset,
+            len(line.data),
+            line_key(line.data, sid),
+            kind,
+            uuid,
+            parent if isinstance(parent, str) else None,
+            value.get("isSidechain") is True,
+        )
         if uuid and kind != "summary":
             self.by_uuid[uuid] = len(self.entries)
         self.entries.append(entry)
@@ -160,9 +177,16 @@ class ClaudeSource:
 
     tool = TOOL
 
-    def __init__(self, index: _Index, path_entries: list[int], identity: str,
-                 parent: tuple[str, str] | None, extras: list[int], *,
-                 primary: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        index: _Index,
+        path_entries: list[int],
+        identity: str,
+        parent: tuple[str, str] | None,
+        extras: list[int],
+        *,
+        primary: bool = True,
+    ) -> None:
         self._index = index
         self.path = index.path
         self.size, self.mtime_ns = index.size, index.mtime_ns
@@ -266,9 +290,10 @@ class ClaudeSource:
                 [boundary], text, meta={"time": self._time, **_compact_meta(boundary)}
             )
 
-    def _assistant(self, builder: TranscriptBuilder, value: dict[str, Any],
-                   meta: dict[str, Any]) -> None:  # fmt: skip
-        msg = value.get("message") if isinstance(value.get("message"), dict) else {}
+    def _assistant(
+        self, builder: TranscriptBuilder, value: dict[str, Any], meta: dict[str, Any]
+    ) -> None:
+        msg: dict[str, Any] = value["message"] if isinstance(value.get("message"), dict) else {}
         blocks = msg.get("content")
         if isinstance(blocks, str):
             blocks = [{"type": "text", "text": blocks}]
@@ -296,12 +321,19 @@ class ClaudeSource:
         if isinstance(value.get("requestId"), str):
             meta["request_id"] = value["requestId"]
         group = msg.get("id") or value.get("uuid")
-        builder.assistant(value, group=group, text="\n".join(texts),
-                          thinking="\n".join(thinking), calls=calls, meta=meta)  # fmt: skip
+        builder.assistant(
+            value,
+            group=group,
+            text="\n".join(texts),
+            thinking="\n".join(thinking),
+            calls=calls,
+            meta=meta,
+        )
 
-    def _user(self, builder: TranscriptBuilder, value: dict[str, Any],
-              meta: dict[str, Any]) -> None:  # fmt: skip
-        msg = value.get("message") if isinstance(value.get("message"), dict) else {}
+    def _user(
+        self, builder: TranscriptBuilder, value: dict[str, Any], meta: dict[str, Any]
+    ) -> None:
+        msg: dict[str, Any] = value["message"] if isinstance(value.get("message"), dict) else {}
         content = msg.get("content")
         if value.get("isCompactSummary"):
             records = [r for r in (self._boundary, value) if r is not None]
@@ -321,13 +353,20 @@ class ClaudeSource:
             # One record, several messages: the record is kept whole with the first.
             record = value if n == 0 else {"same_record_as": "the previous message", "block": n}
             builder.tool_result(
-                record, str(block.get("tool_use_id") or ""), _result_text(block.get("content")),
-                meta=meta, error=block.get("is_error") is True, last=n == parts - 1,
-            )  # fmt: skip
+                record,
+                str(block.get("tool_use_id") or ""),
+                _result_text(block.get("content")),
+                meta=meta,
+                error=block.get("is_error") is True,
+                last=n == parts - 1,
+            )
         if others:
             text = "\n".join(_block_text(b) for b in others)
-            builder.user(value if not results else {"same_record_as": "the previous message"},
-                         text, meta=meta)  # fmt: skip
+            builder.user(
+                value if not results else {"same_record_as": "the previous message"},
+                text,
+                meta=meta,
+            )
 
 
 def _block_text(block: Any) -> str:
@@ -378,8 +417,11 @@ def sources(path: Path) -> list[ClaudeSource]:
         parent_sid = index.session_id or path.parent.parent.name
         on_path = set(path_entries)
         extras = [i for i in range(len(entries)) if i not in on_path]
-        return [ClaudeSource(index, path_entries, f"{TOOL}:agent:{agent}",
-                             (f"{TOOL}:{parent_sid}", ""), extras)]  # fmt: skip
+        return [
+            ClaudeSource(
+                index, path_entries, f"{TOOL}:agent:{agent}", (f"{TOOL}:{parent_sid}", ""), extras
+            )
+        ]
     leaf = _last_leaf(index, False)
     path_entries = index.path_to(leaf, sidechain=False) if leaf is not None else []
     if not path_entries and not entries:

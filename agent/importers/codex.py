@@ -29,21 +29,42 @@ from .records import (
     raw_text,
     stat_of,
     text_of,
+    torn_problem,
 )
 from .session_writer import SourceError
 from .transcript_builder import TranscriptBuilder, call
 
 TOOL: Final = "codex"
-KNOWN_TYPES: Final = frozenset({
-    "session_meta", "response_item", "event_msg", "turn_context", "compacted",
-})  # fmt: skip
-KNOWN_ITEMS: Final = frozenset({
-    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
-    "custom_tool_call_output", "local_shell_call", "web_search_call", "ghost_snapshot",
-})  # fmt: skip
-ASSISTANT_SIDE: Final = frozenset({
-    "reasoning", "function_call", "custom_tool_call", "local_shell_call",
-})  # fmt: skip
+KNOWN_TYPES: Final = frozenset(
+    {
+        "session_meta",
+        "response_item",
+        "event_msg",
+        "turn_context",
+        "compacted",
+    }
+)
+KNOWN_ITEMS: Final = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "web_search_call",
+        "ghost_snapshot",
+    }
+)
+ASSISTANT_SIDE: Final = frozenset(
+    {
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+    }
+)
 
 
 def default_paths() -> list[Path]:
@@ -84,9 +105,7 @@ class CodexSource:
     def _index(self, line: Any) -> None:
         rec = parse_line(line)
         if rec.problem == "torn":
-            self.problems.append(
-                f"line {line.number}: torn last line ({len(line.data)} bytes) left for the next import"
-            )
+            self.problems.append(torn_problem(line))
             return
         if rec.problem:
             self.problems.append(rec.problem)
@@ -94,11 +113,14 @@ class CodexSource:
             return
         value = rec.value
         kind, payload = _split(value) if value is not None else ("", None)
-        if value is not None and kind not in KNOWN_TYPES and kind != "state":
+        unknown_type = value is not None and kind not in KNOWN_TYPES and kind != "state"
+        unknown_item = (
+            kind == "response_item"
+            and isinstance(payload, dict)
+            and (payload.get("type") not in KNOWN_ITEMS)
+        )
+        if unknown_type or unknown_item:
             self.unknown += 1
-        elif kind == "response_item" and isinstance(payload, dict):
-            if payload.get("type") not in KNOWN_ITEMS:
-                self.unknown += 1
         if kind == "session_meta" and isinstance(payload, dict) and not self._meta:
             self._meta = payload
             self._time = ags_time(payload.get("timestamp")) or self._time
@@ -185,24 +207,37 @@ class CodexSource:
             else:
                 builder.user(value, text, meta=meta)
         elif item == "reasoning":
-            summary = payload.get("summary")
-            text = text_of(summary) if summary else text_of(payload.get("content"))
-            builder.assistant(value, thinking=text, meta=meta)
+            parts = payload.get("summary")
+            thought = text_of(parts) if parts else text_of(payload.get("content"))
+            builder.assistant(value, thinking=thought, meta=meta)
         elif item in ASSISTANT_SIDE:
             if item == "function_call":
-                c = call(payload.get("call_id"), payload.get("name"), payload.get("arguments"),
-                         fallback)  # fmt: skip
+                c = call(
+                    payload.get("call_id"), payload.get("name"), payload.get("arguments"), fallback
+                )
             elif item == "custom_tool_call":
-                c = call(payload.get("call_id"), payload.get("name"),
-                         {"input": payload.get("input")}, fallback)  # fmt: skip
+                c = call(
+                    payload.get("call_id"),
+                    payload.get("name"),
+                    {"input": payload.get("input")},
+                    fallback,
+                )
             else:
                 action = payload.get("action")
-                c = call(payload.get("call_id") or payload.get("id"), "local_shell",
-                         action if isinstance(action, dict) else {}, fallback)  # fmt: skip
+                c = call(
+                    payload.get("call_id") or payload.get("id"),
+                    "local_shell",
+                    action if isinstance(action, dict) else {},
+                    fallback,
+                )
             builder.assistant(value, calls=[c], meta=meta)
         elif item in ("function_call_output", "custom_tool_call_output"):
-            builder.tool_result(value, str(payload.get("call_id") or ""),
-                                _output_text(payload.get("output")), meta=meta)  # fmt: skip
+            builder.tool_result(
+                value,
+                str(payload.get("call_id") or ""),
+                _output_text(payload.get("output")),
+                meta=meta,
+            )
         else:
             builder.extra(value)
 

@@ -88,8 +88,12 @@ class GeminiSource:
                     title = first.split("\n", 1)[0]
             if isinstance(m.get("model"), str):
                 model = m["model"]
-        return {"title": title, "root": None, "model": model,
-                "created": ags_time(self._doc.get("startTime"))}  # fmt: skip
+        return {
+            "title": title,
+            "root": None,
+            "model": model,
+            "created": ags_time(self._doc.get("startTime")),
+        }
 
     def parent_link(self) -> tuple[str, str] | None:
         return None
@@ -125,17 +129,28 @@ class GeminiSource:
                 "completion_tokens": _int(tokens.get("output")),
             }
         thoughts = m.get("thoughts")
-        thinking = "\n\n".join(
-            ": ".join(str(t[k]) for k in ("subject", "description") if t.get(k))
-            for t in thoughts if isinstance(t, dict)
-        ) if isinstance(thoughts, list) else ""  # fmt: skip
+        thinking = (
+            "\n\n".join(
+                ": ".join(str(t[k]) for k in ("subject", "description") if t.get(k))
+                for t in thoughts
+                if isinstance(t, dict)
+            )
+            if isinstance(thoughts, list)
+            else ""
+        )
         tool_calls = [c for c in m.get("toolCalls") or [] if isinstance(c, dict)]
         calls = [
             call(c.get("id"), c.get("name"), c.get("args"), f"call_{index}_{n}")
             for n, c in enumerate(tool_calls)
         ]
-        builder.assistant(m, group=("gemini", index), text=_parts_text(m.get("content")),
-                          thinking=thinking, calls=calls, meta=meta)  # fmt: skip
+        builder.assistant(
+            m,
+            group=("gemini", index),
+            text=_parts_text(m.get("content")),
+            thinking=thinking,
+            calls=calls,
+            meta=meta,
+        )
         for n, (c, made) in enumerate(zip(tool_calls, calls, strict=True)):
             if (
                 "result" not in c
@@ -144,8 +159,14 @@ class GeminiSource:
             ):
                 continue  # not run yet
             record = {"same_record_as": "the assistant message before", "tool_call": n}
-            builder.tool_result(record, made["id"], _tool_output(c), meta=meta,
-                                error=c.get("status") == "error", last=n == len(calls) - 1)  # fmt: skip
+            builder.tool_result(
+                record,
+                made["id"],
+                _tool_output(c),
+                meta=meta,
+                error=c.get("status") == "error",
+                last=n == len(calls) - 1,
+            )
 
     def _map_content(self, builder: TranscriptBuilder, m: dict[str, Any], index: int) -> None:
         meta = {"time": self._time}
@@ -162,8 +183,14 @@ class GeminiSource:
             thoughts = [
                 p["text"] for p in parts if isinstance(p.get("text"), str) and p.get("thought")
             ]
-            builder.assistant(m, group=("model", index), text="\n".join(texts),
-                              thinking="\n".join(thoughts), calls=calls, meta=meta)  # fmt: skip
+            builder.assistant(
+                m,
+                group=("model", index),
+                text="\n".join(texts),
+                thinking="\n".join(thoughts),
+                calls=calls,
+                meta=meta,
+            )
             return
         responses = [
             p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)
@@ -173,11 +200,19 @@ class GeminiSource:
         for n, fr in enumerate(responses):
             call_id = fr.get("id") or self._call_by_name(builder, fr.get("name"))
             record = m if n == 0 else {"same_record_as": "the previous message", "part": n}
-            builder.tool_result(record, str(call_id or ""), _response_text(fr.get("response")),
-                                meta=meta, last=n == count - 1)  # fmt: skip
+            builder.tool_result(
+                record,
+                str(call_id or ""),
+                _response_text(fr.get("response")),
+                meta=meta,
+                last=n == count - 1,
+            )
         if others:
-            builder.user(m if not responses else {"same_record_as": "the previous message"},
-                         _parts_text(others), meta=meta)  # fmt: skip
+            builder.user(
+                m if not responses else {"same_record_as": "the previous message"},
+                _parts_text(others),
+                meta=meta,
+            )
 
     def _call_by_name(self, builder: TranscriptBuilder, name: Any) -> str | None:
         """Old API histories answer calls by name only: the oldest open call of that name."""

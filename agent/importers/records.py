@@ -120,6 +120,10 @@ def parse_line(line: Line) -> Record:
     return Record(line, clean(value), problem)
 
 
+def torn_problem(line: Line) -> str:
+    return f"line {line.number}: torn last line ({len(line.data)} bytes), left for the next import"
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(name)
 

@@ -152,9 +152,16 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
         if not dry_run and (imp.get("size"), imp.get("mtime_ns")) != (src.size, src.mtime_ns):
             # Grown by records that make no message: remember the new size, so the
             # next run needs only a stat again.
-            store.set_meta(own.id, "import", imported={
-                **imp, "size": src.size, "mtime_ns": src.mtime_ns, "path": str(src.path),
-            })  # fmt: skip
+            store.set_meta(
+                own.id,
+                "import",
+                imported={
+                    **imp,
+                    "size": src.size,
+                    "mtime_ns": src.mtime_ns,
+                    "path": str(src.path),
+                },
+            )
             claims.add(store.session(own.id))
         return row
 
@@ -222,9 +229,10 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
         if link is not None:
             imported["sidechain"] = True
             imported["parent"] = (
-                (own.imported or {}).get("parent") if own and plan.action == "append"
+                (own.imported or {}).get("parent")
+                if own and plan.action == "append"
                 else _parent_node(store, claims, *link)
-            )  # fmt: skip
+            )
         changes: dict[str, Any] = {"imported": imported}
         if plan.action != "append":
             if meta.get("created"):
@@ -273,9 +281,9 @@ def _plan(
     for cand in claims.by_first.get(keys[0], []) if keys else []:
         imp = cand.imported or {}
         n = imp.get("records", 0)
-        if isinstance(n, int) and 0 < n < len(digests) and digests[n] == imp.get("digest"):
-            if imp.get("head") and (best is None or n > best[0]):
-                best = (n, cand)
+        matches = isinstance(n, int) and 0 < n < len(digests) and digests[n] == imp.get("digest")
+        if matches and imp.get("head") and (best is None or n > best[0]):
+            best = (n, cand)
     if best is not None:
         n, cand = best
         head = (cand.imported or {})["head"]
@@ -289,9 +297,8 @@ def _fork_point(store: Store, own: SessionInfo, digests: list[str]) -> tuple[str
     head = (own.imported or {}).get("head") or own.head
     if head is None:
         return None, 0
-    steps = 0
     at_head = own.head == head
-    for entry in store.log(head):
+    for steps, entry in enumerate(store.log(head)):
         message = entry.message
         source = message.get("source") if isinstance(message, dict) else None
         if isinstance(source, dict):
@@ -302,7 +309,6 @@ def _fork_point(store: Store, own: SessionInfo, digests: list[str]) -> tuple[str
                 and digests[through] == digest
             ):
                 return (f"{own.id}~{steps}" if at_head else entry.node.id), through
-        steps += 1
     return None, 0
 
 
@@ -336,9 +342,11 @@ def _stub(item: Item, why: str) -> Item:
             for c in calls
             if isinstance(c, dict)
         ]
-    text = message.get("content") if isinstance(message.get("content"), str) else ""
+    content = message.get("content")
+    text = content if isinstance(content, str) else ""
     stub["content"] = (text[:4000] + "\n[cut: the message was too large to store]") if text else ""
-    old = message.get("source") if isinstance(message.get("source"), dict) else {}
+    source = message.get("source")
+    old: dict[str, Any] = source if isinstance(source, dict) else {}
     stub["source"] = {k: old[k] for k in ("tool", "through", "digest") if k in old} | {
         "omitted": why
     }

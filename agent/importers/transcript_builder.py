@@ -102,8 +102,15 @@ class TranscriptBuilder:
         pending.meta.update(meta or {})
         pending.through, pending.digest = self._fed, self._digest
 
-    def user(self, record: Any, text: str, *, meta: dict[str, Any] | None = None,
-             role: str = "user", **extra_keys: Any) -> None:  # fmt: skip
+    def user(
+        self,
+        record: Any,
+        text: str,
+        *,
+        meta: dict[str, Any] | None = None,
+        role: str = "user",
+        **extra_keys: Any,
+    ) -> None:
         self.close()
         self._settle_open_calls()
         message = {"role": role, "content": text, **extra_keys}
@@ -112,16 +119,25 @@ class TranscriptBuilder:
             self.first_records.append(text)
 
     def tool_result(
-        self, record: Any, call_id: str, text: str, *, meta: dict[str, Any] | None = None,
-        error: bool = False, last: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        record: Any,
+        call_id: str,
+        text: str,
+        *,
+        meta: dict[str, Any] | None = None,
+        error: bool = False,
+        last: bool = True,
+    ) -> None:
         """The answer to a call; ``last`` False when more messages come from this record."""
         self.close()
         if call_id in self._open_calls:
             name = self._open_calls.pop(call_id)
             message: dict[str, Any] = {
-                "role": "tool", "tool_call_id": call_id, "name": name, "content": text,
-            }  # fmt: skip
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": name,
+                "content": text,
+            }
             if error:
                 message["is_error"] = True
         else:
@@ -136,8 +152,9 @@ class TranscriptBuilder:
         self.close()
         return next((cid for cid, n in self._open_calls.items() if n == name), None)
 
-    def compaction(self, records: list[Any], summary: str, *,
-                   meta: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def compaction(
+        self, records: list[Any], summary: str, *, meta: dict[str, Any] | None = None
+    ) -> None:
         self.close()
         self._settle_open_calls()
         # What the model saw from here: the summary; earlier calls cannot be answered any more.
