@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from typing import IO, Any, Final
 import blake3
 
 READ_CHUNK: Final = 1 << 16
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 TOOL_NAMES: Final = ("claude-code", "codex", "gemini")
 
 
@@ -135,7 +137,7 @@ def clean(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return value.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
+            return _SURROGATE.sub("\ufffd", value)
         return value
     if isinstance(value, dict):
         return {clean(k): clean(v) for k, v in value.items()}

@@ -41,6 +41,7 @@ class _Assistant:
     meta: dict[str, Any] = field(default_factory=dict)
     through: int = 0
     digest: str = ""
+    extra: list[Any] = field(default_factory=list)  # records kept before the turn began
 
 
 class TranscriptBuilder:
@@ -91,7 +92,8 @@ class TranscriptBuilder:
         if pending is None or pending.group != group:
             self.close()
             self._settle_open_calls()
-            pending = self._pending = _Assistant(group)
+            pending = self._pending = _Assistant(group, extra=self._extra)
+            self._extra = []
         if text:
             pending.texts.append(text)
         if thinking:
@@ -175,7 +177,13 @@ class TranscriptBuilder:
             for call in pending.calls:
                 self._open_calls[call["id"]] = call["name"]
                 self._names[call["id"]] = call["name"]
-        self._emit(message, pending.records, pending.meta, at=(pending.through, pending.digest))
+        self._emit(
+            message,
+            pending.records,
+            pending.meta,
+            at=(pending.through, pending.digest),
+            extra=pending.extra,
+        )
 
     # -- internals --------------------------------------------------------------------
 
@@ -201,10 +209,13 @@ class TranscriptBuilder:
         boundary: bool = False,
         compaction: bool = False,
         at: tuple[int, str] | None = None,
+        extra: list[Any] | None = None,
     ) -> None:
         source: dict[str, Any] = {"tool": self.tool, "records": records}
-        if self._extra:
-            source["extra"], self._extra = self._extra, []
+        if extra is None:
+            extra, self._extra = self._extra, []
+        if extra:
+            source["extra"] = extra
         if boundary or at is not None:
             # An assistant turn is emitted when the record after it arrives, so it
             # ends where its own last record ended.
