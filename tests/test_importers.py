@@ -192,7 +192,8 @@ def test_grown_file_moves_the_same_session_forward(tmp_path: Path, claude: Path)
         data = path.read_bytes()
         torn = data[data.rindex(b"\n") + 1 :]
         line = torn + b' fix the linter too"},"uuid":"a1000000-0000-4000-8000-000000000010",'
-        line += b'"timestamp":"2025-06-02T18:51:00.000Z","sessionId":"11111111-1111-4111-8111-111111111111"}\n'
+        line += b'"timestamp":"2025-06-02T18:51:00.000Z",'
+        line += b'"sessionId":"11111111-1111-4111-8111-111111111111"}\n'
         with path.open("ab") as f:  # the agent finishes the torn line and goes on
             f.write(line[len(torn) :])
         second = import_sessions(s, "claude-code", [path])[0]
