@@ -495,3 +495,63 @@ def test_cli_import_default_folder_from_environment(
     )
     assert result.exit_code == 0
     assert len(json.loads(result.output)) == 3
+
+
+def test_same_size_and_time_is_not_read_again(tmp_path: Path, claude: Path) -> None:
+    import os
+
+    path = claude / WEB
+    with Store.open(tmp_path / "store") as s:
+        first = import_sessions(s, "claude-code", [path])[0]
+        st = path.stat()
+        path.write_bytes(b"\0" * st.st_size)  # unreadable as JSONL, same size and time
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = import_sessions(s, "claude-code", [path])[0]
+        assert again.status == "unchanged" and again.session == first.session
+        assert again.problems == []
+
+
+def test_chat_resume_of_an_imported_session_sends_valid_messages(
+    tmp_path: Path, claude: Path
+) -> None:
+    """``ags run --resume`` on imported Claude Code and Codex sessions, against an
+    OpenAI-style server: the request holds the imported history in wire form."""
+    import os
+    import subprocess
+    import sys
+
+    from docker_fixture import require_docker
+    from model_server import FakeModelServer
+
+    image = require_docker()
+    project = tmp_path / "project"
+    project.mkdir()
+    store = tmp_path / "store"
+    with Store.open(store) as s:
+        import_sessions(s, "claude-code", [claude / WEB])
+        import_sessions(s, "codex", [FIXTURES / "codex"])
+        sids = [i.id for i in s.sessions()]
+    ags = str(Path(sys.executable).with_name("ags"))
+    for sid in sids:
+        with FakeModelServer(flavor="vllm", models=("qwen3",)) as server:
+            server.add({"text": "Carrying on."})
+            env = {**os.environ, "AGS_STORE": str(store), "AGS_BASE_URL": server.url,
+                   "AGS_IMAGE": image}  # fmt: skip
+            proc = subprocess.run(
+                [ags, "run", "go on", "--resume", sid, "--provider", "openai", "--model",
+                 "qwen3", "--project", str(project), "--json"],
+                env=env, cwd=project, capture_output=True, text=True, timeout=120,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            sent = server.chat_bodies()[0]["messages"]
+        assert all("source" not in m for m in sent)
+        assert sent[-1] == {"role": "user", "content": "go on"}
+        answered: set[str] = set()
+        for m in sent:
+            if m["role"] == "assistant":
+                answered = {c["id"] for c in m.get("tool_calls", [])}
+            elif m["role"] == "tool":
+                assert m["tool_call_id"] in answered
+        with Store.open(store) as s:
+            assert s.context(sid)[-1]["content"] == "Carrying on."
