@@ -119,7 +119,10 @@ def parse_line(line: Line) -> Record:
         return Record(line, None, f"line {line.number}: not JSON, kept as text")
     if not isinstance(value, dict):
         return Record(line, None, f"line {line.number}: not a JSON object, kept as text")
-    return Record(line, clean(value), problem)
+    # Decoded text holds no surrogate; only a \\uD8xx-style escape can bring one in.
+    if "\\ud" in text or "\\uD" in text:
+        value = clean(value)
+    return Record(line, value, problem)
 
 
 def torn_problem(line: Line) -> str:
