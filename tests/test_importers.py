@@ -555,3 +555,30 @@ def test_chat_resume_of_an_imported_session_sends_valid_messages(
                 assert m["tool_call_id"] in answered
         with Store.open(store) as s:
             assert s.context(sid)[-1]["content"] == "Carrying on."
+
+
+def test_records_the_store_cannot_hold_as_they_are(tmp_path: Path, claude: Path) -> None:
+    """A number no double holds, nesting too deep to parse: reported, not fatal."""
+    path = claude / WEB
+    deep = (
+        '{"type":"user","uuid":"c2000000-0000-4000-8000-0000000000d1",'
+        + ('"parentUuid":"c2000000-0000-4000-8000-000000000010","deep":' + "[" * 5000 + "]" * 5000)
+        + ',"message":{"role":"user","content":"deep"}}\n'
+    )
+    big = {
+        "type": "user", "uuid": "c2000000-0000-4000-8000-0000000000d2",
+        "parentUuid": "c2000000-0000-4000-8000-000000000010", "timestamp": "2025-11-20T09:03:00Z",
+        "message": {"role": "user", "content": "a big number"}, "n": 0,
+    }  # fmt: skip
+    with path.open("a") as f:
+        f.write(deep)
+        f.write(json.dumps(big).replace('"n": 0', '"n": 1e400') + "\n")
+    with Store.open(tmp_path / "store") as s:
+        row = import_sessions(s, "claude-code", [path])[0]
+        assert row.status == "created"
+        assert any("nested too deeply" in p for p in row.problems)
+        last = s.context(row.session)[-1]
+        assert last["content"] == "a big number"
+        assert last["source"]["records"][0]["n"] == "1e400"
+        kept = last["source"]["extra"]
+        assert kept[0]["text"].startswith('{"type":"user"')  # the deep line, as text

@@ -317,9 +317,10 @@ def _write_items(store: Store, sid: str, items: list[Item], row: ImportRow, empt
     for item in items:
         try:
             _write_item(store, sid, item, empty)
-        except InvalidInput as e:
-            row.problems.append(f"a message could not be stored as it is ({e}); kept a stub")
-            _write_item(store, sid, _stub(item, str(e)), empty)
+        except (InvalidInput, RecursionError) as e:
+            why = str(e) if isinstance(e, InvalidInput) else "nested too deeply"
+            row.problems.append(f"a message could not be stored as it is ({why}); kept a stub")
+            _write_item(store, sid, _stub(item, why), empty)
         empty = False
     return empty
 
