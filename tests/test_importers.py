@@ -582,3 +582,14 @@ def test_records_the_store_cannot_hold_as_they_are(tmp_path: Path, claude: Path)
         assert last["source"]["records"][0]["n"] == "1e400"
         kept = last["source"]["extra"]
         assert kept[0]["text"].startswith('{"type":"user"')  # the deep line, as text
+
+
+@pytest.mark.parametrize("tool", ["claude-code", "codex", "gemini"])
+def test_missing_fields_and_wrong_types_are_never_fatal(tmp_path: Path, tool: str) -> None:
+    """Hand-made files with every field missing, null or of the wrong type."""
+    with Store.open(tmp_path / "store") as s:
+        rows = import_sessions(s, tool, [FIXTURES / "malformed" / tool])
+        assert rows and all(r.status == "created" for r in rows), rows
+        for row in rows:
+            assert row.session is not None
+            check_openai_shape(s.context(row.session))
