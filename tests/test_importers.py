@@ -413,7 +413,7 @@ def test_codex_legacy_rollout(tmp_path: Path) -> None:
 def test_gemini_chat_and_checkpoint(tmp_path: Path) -> None:
     with Store.open(tmp_path / "store") as s:
         rows = import_sessions(s, "gemini", [FIXTURES / "gemini"])
-        assert sorted(r.status for r in rows) == ["created", "created"]
+        assert [r.status for r in rows] == ["created"] * 3  # a chat, a log, a checkpoint
         chat = by_identity(s)["gemini:477739d0-1b78-4aa7-9116-02d08c952344"]
         msgs = s.context(chat.id)
         assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
@@ -593,3 +593,26 @@ def test_missing_fields_and_wrong_types_are_never_fatal(tmp_path: Path, tool: st
         for row in rows:
             assert row.session is not None
             check_openai_shape(s.context(row.session))
+
+
+def test_gemini_jsonl_log_and_an_answer_still_running(tmp_path: Path) -> None:
+    """Gemini CLI 0.58+: an append-only log where a message is written again as it
+    changes; an answer whose tool call still runs waits for the next import."""
+    src = FIXTURES / "gemini" / "tmp" / "5eb97eaffa8e5484" / "chats"
+    path = tmp_path / "chats" / "session-2026-06-10T10-00-9a1b2c3d.jsonl"
+    path.parent.mkdir()
+    lines = next(src.glob("*.jsonl")).read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]))  # the shell call is still executing
+    with Store.open(tmp_path / "store") as s:
+        first = import_sessions(s, "gemini", [path])[0]
+        assert first.status == "created" and first.messages == 2
+        info = s.session(first.session)
+        assert info.title == "Run the unit tests"  # not the injected <session_context>
+        path.write_bytes(b"".join(lines))
+        second = import_sessions(s, "gemini", [path])[0]
+        assert second.status == "updated" and second.session == first.session
+        msgs = s.context(second.session)
+        assert [m["role"] for m in msgs] == ["user", "user", "assistant", "tool", "assistant"]
+        assert msgs[3]["content"] == "12 passing (1s)"
+        assert msgs[2]["source"]["records"][0]["tokens"]["total"] == 5163  # the last version
+        check_openai_shape(msgs, open_tail=False)

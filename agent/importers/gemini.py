@@ -1,13 +1,15 @@
 """Gemini CLI chat files: ``~/.gemini/tmp/<project hash>/chats/session-*.json``
-(one JSON document per session, rewritten as the chat goes on), and the
-checkpoints ``/chat save`` writes (``checkpoint-*.json`` beside ``chats/``: the
-raw Gemini API history, a list of ``{"role", "parts"}``). docs/IMPORT.md has
-the mapping.
+(one JSON document per session, rewritten as the chat goes on; before 0.58),
+``session-*.jsonl`` (0.58 and later: an append-only log in which a changed
+message is written again), and the checkpoints ``/chat save`` writes
+(``checkpoint-*.json`` beside ``chats/``: the raw Gemini API history, a list
+of ``{"role", "parts"}``). docs/IMPORT.md has the mapping.
 
-A chat file is one JSON document, so memory follows the file here, not the
-largest message. Messages may be changed in place while the chat runs (tool
+A chat is rebuilt whole before it is mapped, so memory follows the chat here,
+not the largest message. Messages may change after they are written (tool
 results and token counts are added to the last answer), so a message's key is
-its whole content: a changed message is a changed past, imported as a fork.
+its whole content: a changed message is a changed past, imported as a fork; an
+answer whose tool calls are still running is left for the next import.
 ``logs.json`` holds only the user's prompts and is not imported.
 """
 
@@ -18,7 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from .records import ags_time, clean, record_key, stat_of, text_of
+from .records import (
+    ags_time,
+    clean,
+    iter_lines,
+    parse_line,
+    record_key,
+    stat_of,
+    text_of,
+    torn_problem,
+)
 from .session_writer import SourceError
 from .transcript_builder import TranscriptBuilder, call
 
@@ -32,10 +43,9 @@ def default_paths() -> list[Path]:
 
 def accepts(path: Path) -> bool:
     name = path.name
-    return path.suffix == ".json" and (
-        (name.startswith("session-") and path.parent.name == "chats")
-        or name.startswith("checkpoint-")
-    )
+    if name.startswith("session-") and path.parent.name == "chats":
+        return path.suffix in (".json", ".jsonl")
+    return path.suffix == ".json" and name.startswith("checkpoint-")
 
 
 class GeminiSource:
@@ -46,19 +56,10 @@ class GeminiSource:
         self.size, self.mtime_ns = stat_of(path)
         self.problems: list[str] = []
         self.unknown = 0
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            text = data.decode("utf-8", errors="replace")
-            self.problems.append(f"not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD")
-        try:
-            doc = clean(json.loads(text))
-        except ValueError as e:
-            raise SourceError(f"{path} is not a complete JSON document ({e})") from None
+        if path.suffix == ".jsonl":
+            doc: Any = self._read_jsonl(path)
+        else:
+            doc = self._read_json(path)
         self._doc: dict[str, Any] = {}
         if isinstance(doc, list):  # a checkpoint: the API history
             self._messages = [m for m in doc if isinstance(m, dict)]
@@ -73,7 +74,69 @@ class GeminiSource:
             raise SourceError(f"{path} is not a Gemini CLI chat or checkpoint file")
         if not self._checkpoint:
             self.unknown = sum(1 for m in self._messages if m.get("type") not in KNOWN_TYPES)
+            # An answer whose tool calls are still running is rewritten in place when they
+            # finish: wait for it, rather than import it half done and fork later.
+            if self._messages and _running(self._messages[-1]):
+                self._messages.pop()
         self._time = ags_time(self._doc.get("startTime")) or "1970-01-01T00:00:00.000Z"
+
+    def _read_json(self, path: Path) -> Any:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            text = data.decode("utf-8", errors="replace")
+            self.problems.append(f"not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD")
+        try:
+            return clean(json.loads(text))
+        except (ValueError, RecursionError) as e:
+            raise SourceError(f"{path} is not a complete JSON document ({e})") from None
+
+    def _read_jsonl(self, path: Path) -> dict[str, Any]:
+        """The append-only log (0.58 and later): a metadata line, then messages, each
+        written again (same ``id``) when it changes, ``{"$set": {...}}`` snapshots and
+        ``message_update`` records; the latest version of each message wins."""
+        doc: dict[str, Any] = {}
+        messages: dict[str, dict[str, Any]] = {}
+        try:
+            fp = path.open("rb")
+        except OSError as e:
+            raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
+        with fp:
+            for line in iter_lines(fp):
+                rec = parse_line(line)
+                if rec.problem == "torn":
+                    self.problems.append(torn_problem(line))
+                    continue
+                if rec.problem:
+                    self.problems.append(rec.problem)
+                value = rec.value
+                if value is None:
+                    continue
+                if isinstance(value.get("$set"), dict):
+                    changes = value["$set"]
+                    if isinstance(changes.get("messages"), list):
+                        messages = {
+                            str(m.get("id", n)): m
+                            for n, m in enumerate(changes["messages"])
+                            if isinstance(m, dict)
+                        }
+                    doc.update({k: v for k, v in changes.items() if k != "messages"})
+                elif value.get("type") == "message_update" and "id" in value:
+                    old = messages.get(str(value["id"]), {})
+                    update = {k: v for k, v in value.items() if k != "type"}
+                    messages[str(value["id"])] = {**old, **update}
+                elif value.get("type") in KNOWN_TYPES or ("id" in value and "type" in value):
+                    messages[str(value.get("id"))] = value
+                else:  # the metadata line, and whatever a newer version adds
+                    doc.update({k: v for k, v in value.items() if k != "type"})
+        doc["messages"] = list(messages.values())
+        if "sessionId" not in doc:
+            raise SourceError(f"{path} has no Gemini CLI session metadata")
+        return doc
 
     def keys(self) -> list[str]:
         return [record_key(m) for m in self._messages]
@@ -84,7 +147,7 @@ class GeminiSource:
         for m in self._messages:
             if title is None and (m.get("type") == "user" or m.get("role") == "user"):
                 first = _parts_text(m.get("content", m.get("parts"))).strip()
-                if first:
+                if first and not first.startswith("<"):  # <session_context> is no title
                     title = first.split("\n", 1)[0]
             if isinstance(m.get("model"), str):
                 model = m["model"]
@@ -217,6 +280,21 @@ class GeminiSource:
     def _call_by_name(self, builder: TranscriptBuilder, name: Any) -> str | None:
         """Old API histories answer calls by name only: the oldest open call of that name."""
         return builder.open_call_named(name) if isinstance(name, str) else None
+
+
+def _running(message: dict[str, Any]) -> bool:
+    calls = message.get("toolCalls")
+    return (
+        message.get("type") == "gemini"
+        and isinstance(calls, list)
+        and any(
+            isinstance(c, dict) and "result" not in c and c.get("status") not in _DONE
+            for c in calls
+        )
+    )
+
+
+_DONE: Final = frozenset({"success", "error", "cancelled"})
 
 
 def _int(value: Any) -> int:
