@@ -616,3 +616,23 @@ def test_gemini_jsonl_log_and_an_answer_still_running(tmp_path: Path) -> None:
         assert msgs[3]["content"] == "12 passing (1s)"
         assert msgs[2]["source"]["records"][0]["tokens"]["total"] == 5163  # the last version
         check_openai_shape(msgs, open_tail=False)
+
+
+def test_a_title_arriving_later_is_taken_unless_renamed_in_ags(
+    tmp_path: Path, claude: Path
+) -> None:
+    path = claude / WEB
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:10]))  # before the custom-title record
+    with Store.open(tmp_path / "store") as s:
+        row = import_sessions(s, "claude-code", [path])[0]
+        assert s.session(row.session).title == "List the routes and check the config"
+        path.write_bytes(b"".join(lines[:11]))  # only the title record is new
+        import_sessions(s, "claude-code", [path])
+        assert s.session(row.session).title == "routes and config"
+        s.set_title(row.session, "mine")
+        retitle = {"type": "custom-title", "customTitle": "renamed in Claude Code"}
+        path.write_bytes(b"".join(lines) + json.dumps(retitle).encode() + b"\n")
+        again = import_sessions(s, "claude-code", [path])[0]
+        assert again.status == "updated"
+        assert s.session(row.session).title == "mine"

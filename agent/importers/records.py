@@ -165,10 +165,8 @@ def raw_text(record: Record) -> str:
     return record.line.data.decode("utf-8", errors="replace")
 
 
-def record_key(value: Any, *, drop: Iterable[str] = ()) -> str:
-    """A short stable digest of a record (without the keys in ``drop``)."""
-    if isinstance(value, dict) and drop:
-        value = {k: v for k, v in value.items() if k not in set(drop)}
+def record_key(value: Any) -> str:
+    """A short stable digest of a record's JSON value."""
     data = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return blake3.blake3(data.encode("utf-8", errors="surrogatepass")).hexdigest()[:32]
 
@@ -200,10 +198,6 @@ def ags_time(value: Any) -> str | None:
         return None
     when = when.astimezone(UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
-
-
-def file_time(path: Path) -> str:
-    return ags_time(path.stat().st_mtime) or "1970-01-01T00:00:00.000Z"
 
 
 def find_files(paths: Iterable[Path], accept: Any) -> list[Path]:

@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 
 from objstore import AgsError, InvalidInput, SessionInfo, Store
 
-from .records import ImportRow, Item
+from .records import ImportRow, Item, chain_digest
 from .transcript_builder import TranscriptBuilder
 
 IMPORTER_VERSION: Final = 1
@@ -137,7 +137,7 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
     row.unknown_records = src.unknown
     digests = [""]
     for key in keys:
-        digests.append(_chain(digests[-1], key))
+        digests.append(chain_digest(digests[-1], key))
     own = claims.by_identity.get(src.identity)
     plan = _plan(store, own, claims, keys, digests)
     row.records = len(keys)
@@ -152,16 +152,11 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
         if not dry_run and (imp.get("size"), imp.get("mtime_ns")) != (src.size, src.mtime_ns):
             # Grown by records that make no message: remember the new size, so the
             # next run needs only a stat again.
-            store.set_meta(
-                own.id,
-                "import",
-                imported={
-                    **imp,
-                    "size": src.size,
-                    "mtime_ns": src.mtime_ns,
-                    "path": str(src.path),
-                },
-            )
+            imported = {**imp, "size": src.size, "mtime_ns": src.mtime_ns, "path": str(src.path)}
+            changes = _title_change(own, imp, src.meta())
+            if changes:
+                imported["title"] = changes["title"]
+            store.set_meta(own.id, "import", imported=imported, **changes)
             claims.add(store.session(own.id))
         return row
 
@@ -235,19 +230,32 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
             )
         changes: dict[str, Any] = {"imported": imported}
         if plan.action != "append":
+            if _title(meta) and info.title != _title(meta):
+                changes["title"] = _title(meta)  # a fork takes its source's title otherwise
             if meta.get("created"):
                 changes["created"] = meta["created"]
             if meta.get("root") and plan.action == "fork":
                 changes["root"] = meta["root"]
         if meta.get("model"):
             changes["model"] = meta["model"]
-        if meta.get("title") and meta.get("title") != info.title:
-            changes["title"] = _cut(meta["title"])
+        if plan.action == "append" and own is not None:
+            changes |= _title_change(info, own.imported or {}, meta)
+            imported["title"] = changes.get("title", (own.imported or {}).get("title"))
+        else:
+            imported["title"] = _title(meta)
         store.set_meta(sid, "import", **changes)
     final = store.session(sid)
     claims.add(final)
     row.session, row.messages = sid, final.messages
     return row
+
+
+def _title_change(info: SessionInfo, imp: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The source's new title, unless the session was renamed in ags since it was imported."""
+    title = _title(meta)
+    if title and title != imp.get("title") and info.title == imp.get("title"):
+        return {"title": title}
+    return {}
 
 
 def _records(info: SessionInfo) -> int:
@@ -377,12 +385,6 @@ def _parent_node(store: Store, claims: Claims, identity: str, prompt: str) -> di
             ):
                 return {"session": parent.id, "node": entry.node.id, "tool_call_id": call["id"]}
     return fallback
-
-
-def _chain(previous: str, key: str) -> str:
-    from .records import chain_digest
-
-    return chain_digest(previous, key)
 
 
 def _title(meta: dict[str, Any]) -> str | None:

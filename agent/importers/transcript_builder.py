@@ -56,7 +56,6 @@ class TranscriptBuilder:
         self._extra: list[Any] = []
         self._fed = 0  # records fed so far
         self._digest = ""
-        self.first_records: list[str] = []  # text of the first user messages (sidechain links)
 
     # -- the record clock ---------------------------------------------------------
 
@@ -117,8 +116,6 @@ class TranscriptBuilder:
         self._settle_open_calls()
         message = {"role": role, "content": text, **extra_keys}
         self._emit(message, [record], meta or {}, boundary=True)
-        if role == "user" and len(self.first_records) < 1:
-            self.first_records.append(text)
 
     def tool_result(
         self,
