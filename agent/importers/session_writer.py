@@ -153,10 +153,10 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
             # Grown by records that make no message: remember the new size, so the
             # next run needs only a stat again.
             imported = {**imp, "size": src.size, "mtime_ns": src.mtime_ns, "path": str(src.path)}
-            changes = _title_change(own, imp, src.meta())
-            if changes:
-                imported["title"] = changes["title"]
-            store.set_meta(own.id, "import", imported=imported, **changes)
+            retitle = _title_change(own, imp, src.meta())
+            if retitle:
+                imported["title"] = retitle["title"]
+            store.set_meta(own.id, "import", imported=imported, **retitle)
             claims.add(store.session(own.id))
         return row
 
