@@ -73,7 +73,12 @@ def default_paths() -> list[Path]:
 
 
 def accepts(path: Path) -> bool:
-    return path.suffix == ".jsonl" and path.name.startswith("rollout-")
+    """A rollout: ``rollout-*.jsonl``, or any ``.jsonl`` in a ``YYYY/MM/DD`` folder."""
+    if path.suffix != ".jsonl":
+        return False
+    day, month, year = path.parent.name, path.parent.parent.name, path.parent.parent.parent.name
+    dated = len(year) == 4 and all(p.isdigit() for p in (day, month, year))
+    return path.name.startswith("rollout-") or dated
 
 
 class CodexSource:
