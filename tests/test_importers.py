@@ -27,6 +27,7 @@ FIXTURES = Path(__file__).with_name("fixtures")
 APP = "-home-ana-app/11111111-1111-4111-8111-111111111111.jsonl"
 WEB = "-home-ana-web/22222222-2222-4222-8222-222222222222.jsonl"
 AGENT = "-home-ana-web/22222222-2222-4222-8222-222222222222/subagents/agent-a7f3c1d2.jsonl"
+OLD_AGENT = "-home-ana-web/agent-e9d04b11.jsonl"  # 2.0.x: beside the session, not under it
 
 
 @pytest.fixture
@@ -68,7 +69,8 @@ def test_claude_code_session_maps_to_common_messages(tmp_path: Path, claude: Pat
         rows = import_sessions(s, "claude-code", [claude])
         names = [Path(r.source).name for r in rows]
         assert sorted(names[:2]) == [Path(APP).name, Path(WEB).name]
-        assert names[2] == Path(AGENT).name  # a subagent's file after its parent's
+        # A subagent's file comes after its parent's.
+        assert sorted(names[2:]) == [Path(AGENT).name, Path(OLD_AGENT).name]
         assert all(r.status == "created" for r in rows)
         web = by_identity(s)["claude-code:22222222-2222-4222-8222-222222222222"]
         assert web.title == "routes and config"  # the custom-title record
@@ -172,6 +174,14 @@ def test_claude_code_sidechains_are_linked_sessions(tmp_path: Path, claude: Path
         assert agent.imported["parent"]["tool_call_id"] == "toolu_B"
         assert agent.model == "claude-haiku-4-5-20251001"
         check_openai_shape(s.context(agent.id))
+        # No Task call started the older agent file's run: it hangs off the import point.
+        old = sessions["claude-code:agent:e9d04b11"]
+        assert old.imported["parent"] == {
+            "session": web.id,
+            "node": web.imported["head"],
+            "tool_call_id": None,
+        }
+        assert old.title == "subagent: Warmup"
 
 
 def test_second_import_writes_nothing(tmp_path: Path, claude: Path) -> None:
@@ -181,7 +191,7 @@ def test_second_import_writes_nothing(tmp_path: Path, claude: Path) -> None:
     before = tree_snapshot(store)
     with Store.open(store) as s:
         rows = import_sessions(s, "claude-code", [claude])
-    assert [r.status for r in rows] == ["unchanged"] * 3
+    assert [r.status for r in rows] == ["unchanged"] * 4
     assert tree_snapshot(store) == before
 
 
@@ -460,17 +470,17 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     assert dry.exit_code == 0, dry.output
     rows = json.loads(dry.output)
     assert {"source", "session", "status", "messages", "problems"} <= set(rows[0])
-    assert [r["status"] for r in rows] == ["created"] * 3
-    assert sorted(r["messages"] for r in rows) == [4, 6, 7]
+    assert [r["status"] for r in rows] == ["created"] * 4
+    assert sorted(r["messages"] for r in rows) == [2, 4, 6, 7]
     with Store.open(store) as s:
         assert s.sessions() == []
     real = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude),
                                "--json"])  # fmt: skip
     assert real.exit_code == 0
-    assert sorted(r["messages"] for r in json.loads(real.output)) == [4, 6, 7]
+    assert sorted(r["messages"] for r in json.loads(real.output)) == [2, 4, 6, 7]
     again = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude)])
     assert again.exit_code == 0
-    assert again.output.splitlines()[-1] == ("3 files: 0 created, 0 updated, 3 unchanged, 0 failed")
+    assert again.output.splitlines()[-1] == ("4 files: 0 created, 0 updated, 4 unchanged, 0 failed")
     bad = tmp_path / "bad" / "rollout-2025-01-01T00-00-00-x.jsonl"
     bad.parent.mkdir()
     bad.write_bytes(b"")
@@ -494,7 +504,7 @@ def test_cli_import_default_folder_from_environment(
         cli, ["--store", str(tmp_path / "store"), "import", "--from", "claude-code", "--json"]
     )
     assert result.exit_code == 0
-    assert len(json.loads(result.output)) == 3
+    assert len(json.loads(result.output)) == 4
 
 
 def test_same_size_and_time_is_not_read_again(tmp_path: Path, claude: Path) -> None:
