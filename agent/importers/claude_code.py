@@ -27,6 +27,7 @@ from .records import (
     ags_time,
     iter_lines,
     line_key,
+    open_turn,
     parse_line,
     raw_text,
     stat_of,
@@ -133,6 +134,13 @@ class _Index:
             parent if isinstance(parent, str) else None,
             value.get("isSidechain") is True,
         )
+        if kind == "assistant":
+            msg: dict[str, Any] = value["message"] if isinstance(value.get("message"), dict) else {}
+            entry.turn = str(msg.get("id") or uuid or line.number)
+            blocks = msg.get("content")
+            entry.calls = isinstance(blocks, list) and any(
+                isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks
+            )
         if uuid and kind != "summary":
             self.by_uuid[uuid] = len(self.entries)
         self.entries.append(entry)
@@ -412,7 +420,9 @@ def sources(path: Path) -> list[ClaudeSource]:
     agent_file = is_agent_file(path)
     if agent_file:
         leaf = _last_leaf(index, None)
-        path_entries = index.path_to(leaf, sidechain=None) if leaf is not None else []
+        path_entries = _settled(
+            index, index.path_to(leaf, sidechain=None) if leaf is not None else []
+        )
         agent = index.agent_id or path.stem.removeprefix("agent-")
         parent_sid = index.session_id or path.parent.parent.name
         on_path = set(path_entries)
@@ -423,7 +433,7 @@ def sources(path: Path) -> list[ClaudeSource]:
             )
         ]
     leaf = _last_leaf(index, False)
-    path_entries = index.path_to(leaf, sidechain=False) if leaf is not None else []
+    path_entries = _settled(index, index.path_to(leaf, sidechain=False) if leaf is not None else [])
     if not path_entries and not entries:
         raise SourceError(f"{path} holds no Claude Code records")
     on_path = set(path_entries)
@@ -432,6 +442,18 @@ def sources(path: Path) -> list[ClaudeSource]:
     out = [ClaudeSource(index, path_entries, f"{TOOL}:{file_sid}", None, extras)]
     out += _sidechains(index, file_sid)
     return out
+
+
+def _settled(index: _Index, path: list[int]) -> list[int]:
+    """The path without an assistant turn still waiting for its tool results."""
+    held = open_turn(index.entries, path)
+    if not held:
+        return path
+    index.problems.append(
+        f"the last assistant turn ({held} records) waits for its tool results: "
+        "left for the next import"
+    )
+    return path[:-held]
 
 
 def _last_leaf(index: _Index, sidechain: bool | None) -> int | None:

@@ -25,6 +25,7 @@ from .records import (
     ags_time,
     iter_lines,
     line_key,
+    open_turn,
     parse_line,
     raw_text,
     stat_of,
@@ -102,6 +103,13 @@ class CodexSource:
         with fp:
             for line in iter_lines(fp):
                 self._index(line)
+        held = open_turn(self._entries, list(range(len(self._entries))))
+        if held:
+            del self._entries[len(self._entries) - held :]
+            self.problems.append(
+                f"the last assistant turn ({held} records) waits for its tool results: "
+                "left for the next import"
+            )
         ident = self._meta.get("id") or path.stem.removeprefix("rollout-")
         self.identity = f"{TOOL}:{ident}"
         if not self._entries:
@@ -144,9 +152,13 @@ class CodexSource:
             text = text_of(payload.get("content")).strip()
             if text and not text.startswith("<"):
                 self._title = text.split("\n", 1)[0]
-        self._entries.append(
-            Entry(line.number, line.offset, len(line.data), line_key(line.data), kind)
-        )
+        entry = Entry(line.number, line.offset, len(line.data), line_key(line.data), kind)
+        if kind == "response_item" and isinstance(payload, dict):
+            item = payload.get("type")
+            if item in ASSISTANT_SIDE or (item == "message" and payload.get("role") == "assistant"):
+                entry.turn = "assistant"  # consecutive assistant items are one message
+                entry.calls = item in ASSISTANT_SIDE and item != "reasoning"
+        self._entries.append(entry)
 
     def keys(self) -> list[str]:
         return [e.key for e in self._entries]

@@ -255,6 +255,8 @@ class Entry:
     uuid: str | None = None
     parent: str | None = None
     sidechain: bool = False
+    turn: str | None = None  # an assistant turn's id: its records join one message
+    calls: bool = False  # the record asks for tool calls
 
 
 class LineReader:
@@ -276,6 +278,29 @@ class LineReader:
         if self._fp is not None:
             self._fp.close()
             self._fp = None
+
+
+def open_turn(entries: list[Entry], path: list[int]) -> int:
+    """How many records at the end of ``path`` are an assistant turn that asked for
+    tool calls and has no answer yet. The source is still writing it (more calls
+    may be added to the same turn, and the results follow), so it waits for the
+    next import rather than be stored half done."""
+    held = 0
+    asked = False
+    turn: str | None = None
+    for i in reversed(path):
+        entry = entries[i]
+        if entry.turn is None:
+            if entry.kind in ("progress", "event_msg", "turn_context"):
+                held += 1  # bookkeeping written between the parts of a turn
+                continue
+            break
+        if turn is not None and entry.turn != turn:
+            break
+        turn = entry.turn
+        asked = asked or entry.calls
+        held += 1
+    return held if asked else 0
 
 
 def line_key(data: bytes, drop: str | None = None) -> str:
