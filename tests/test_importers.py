@@ -28,6 +28,7 @@ APP = "-home-ana-app/11111111-1111-4111-8111-111111111111.jsonl"
 WEB = "-home-ana-web/22222222-2222-4222-8222-222222222222.jsonl"
 AGENT = "-home-ana-web/22222222-2222-4222-8222-222222222222/subagents/agent-a7f3c1d2.jsonl"
 CODEX = "sessions/2025/10/29/rollout-2025-10-29T00-59-38-019a2d7a-41c4-78b1-b7cc-a45d62a89cd5.jsonl"
+GEMINI_LOG = "tmp/5eb97eaffa8e5484/chats/session-2026-06-10T10-00-9a1b2c3d.jsonl"
 OLD_AGENT = "-home-ana-web/agent-e9d04b11.jsonl"  # 2.0.x: beside the session, not under it
 
 
@@ -653,7 +654,7 @@ def test_a_title_arriving_later_is_taken_unless_renamed_in_ags(
 
 @pytest.mark.parametrize(
     ("tool", "name"),
-    [("claude-code", APP), ("claude-code", WEB), ("codex", CODEX)],
+    [("claude-code", APP), ("claude-code", WEB), ("codex", CODEX), ("gemini", GEMINI_LOG)],
 )  # fmt: skip
 def test_importing_at_every_point_of_a_growing_file(tmp_path: Path, tool: str, name: str) -> None:
     """Import the first k lines, then the whole file, for every k: the session only
