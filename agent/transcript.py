@@ -118,6 +118,14 @@ def _md_inline(text: str) -> str:
     return " ".join(text.split()).replace("<", "&lt;")
 
 
+def _md_code(value: Any) -> str:
+    """A short value as inline code that its own backticks cannot end."""
+    text = " ".join(str(value).split())
+    ticks = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
 def _md_entry(entry: LogEntry) -> list[str]:
     n = entry.node
     msg = entry.message if isinstance(entry.message, dict) else {"content": entry.message}
@@ -141,14 +149,14 @@ def _md_entry(entry: LogEntry) -> list[str]:
     if role == "tool":
         name = msg.get("name") or "tool"
         out += [
-            f"### tool result: {_md_inline(str(name))} `{msg.get('tool_call_id', '')}` "
+            f"### tool result: {_md_inline(str(name))} {_md_code(msg.get('tool_call_id', ''))} "
             f"<sub>{when}</sub>",
             "",
         ]
         out += _fence(_text(msg))
         out.append("")
         return out
-    out += [f"### {role} <sub>{when}</sub>", ""]
+    out += [f"### {_md_inline(role)} <sub>{_md_inline(str(when))}</sub>", ""]
     if msg.get("thinking"):
         out += [
             "<details><summary>thinking</summary>",
@@ -164,7 +172,8 @@ def _md_entry(entry: LogEntry) -> list[str]:
         out += [*_fence(text, "text"), ""]
     for call in msg.get("tool_calls") or []:
         if isinstance(call, dict):
-            out += [f"**tool call** `{call.get('name', '?')}` `{call.get('id', '')}`", ""]
+            name, cid = _md_code(call.get("name", "?")), _md_code(call.get("id", ""))
+            out += [f"**tool call** {name} {cid}", ""]
             out += [*_fence(_arguments(call), "json"), ""]
     return out
 
