@@ -688,3 +688,24 @@ def test_importing_at_every_point_of_a_growing_file(tmp_path: Path, tool: str, n
                 else:
                     joined.append((role, text))
             assert joined == [e for e in expected], k
+
+
+def test_another_tools_file_fails_and_a_file_with_no_conversation_is_skipped(
+    tmp_path: Path, claude: Path
+) -> None:
+    snapshots = claude / "-home-ana-app" / "66666666-6666-4666-8666-666666666666.jsonl"
+    snapshots.write_text(
+        '{"type":"file-history-snapshot","messageId":"m","snapshot":{},"isSnapshotUpdate":false}\n'
+    )
+    with Store.open(tmp_path / "store") as s:
+        row = import_sessions(s, "claude-code", [snapshots])[0]
+        assert (row.status, row.session, row.problems) == (
+            "unchanged",
+            None,
+            ["no conversation in this file yet"],
+        )
+        wrong = import_sessions(s, "codex", [claude / APP])[0]
+        assert wrong.status == "failed" and "not a Codex rollout" in wrong.problems[0]
+        other = import_sessions(s, "claude-code", [FIXTURES / "codex" / CODEX])[0]
+        assert other.status == "failed"
+        assert s.sessions() == []

@@ -88,6 +88,8 @@ def _import_file(
         )
     try:
         sources = spec.sources(path)
+        if not sources:
+            return ImportRow(str(path), tool, problems=["no conversation in this file yet"])
         row = write_source(store, sources[0], claims, dry_run=dry_run)
         for extra in sources[1:]:
             linked = write_source(store, extra, claims, dry_run=dry_run)

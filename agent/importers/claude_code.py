@@ -434,7 +434,9 @@ def sources(path: Path) -> list[ClaudeSource]:
         ]
     leaf = _last_leaf(index, False)
     path_entries = _settled(index, index.path_to(leaf, sidechain=False) if leaf is not None else [])
-    if not path_entries and not entries:
+    if not path_entries:
+        if any(e.kind in KNOWN_TYPES for e in entries):
+            return []  # opened, but no conversation yet (only snapshots, say)
         raise SourceError(f"{path} holds no Claude Code records")
     on_path = set(path_entries)
     extras = [i for i, e in enumerate(entries) if i not in on_path and not e.sidechain]

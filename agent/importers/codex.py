@@ -112,8 +112,8 @@ class CodexSource:
             )
         ident = self._meta.get("id") or path.stem.removeprefix("rollout-")
         self.identity = f"{TOOL}:{ident}"
-        if not self._entries:
-            raise SourceError(f"{path} holds no Codex records")
+        if not any(e.kind == "session_meta" for e in self._entries[:50]):
+            raise SourceError(f"{path} is not a Codex rollout (no session_meta line)")
 
     def _index(self, line: Any) -> None:
         rec = parse_line(line)
