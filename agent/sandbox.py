@@ -4,17 +4,37 @@ One container per session, made by :meth:`Sandbox.start` and removed by
 :meth:`Sandbox.close`. The project root is bind-mounted read-write at
 ``/workspace``; everything else is shut: no network unless asked, a read-only
 root file system with a tmpfs ``/tmp``, all capabilities dropped,
-``no-new-privileges``, memory and pids limits.
+``no-new-privileges``, and limits on memory, processes and CPU
+(:class:`Limits`; ``AGS_SANDBOX_MEMORY``, ``AGS_SANDBOX_PIDS`` and
+``AGS_SANDBOX_CPUS`` change the defaults).
 
 The container's PID 1 is a small shell loop that only sleeps, so commands run
 with ``docker exec``. As PID 1 it is immune to ``kill -KILL -1`` from inside
-the container (that is how a timed-out command and everything it started are
-killed), and it reaps the orphans that commands leave behind, so zombies never
-use up the pids limit.
+the container, and it reaps the orphans that commands leave behind, so
+zombies never use up the pids limit.
 
-Commands run as the invoking user's uid:gid, so files the agent writes in the
-project belong to the user, not to root. No passwd entry is needed; ``HOME``
-is ``/tmp``.
+**Each command ends with everything it started.** It runs under a wrapper
+shell: ``timeout -s KILL N sh -c COMMAND``, then ``kill -KILL -1``. The
+kill is a shell builtin, so it needs no free process slot: a command that
+filled the pids limit (300 background sleeps against a limit of 256) is
+cleaned up all the same, and the next command starts in an empty container.
+Background processes therefore do not outlive the command that started them;
+``kill -1`` reaches daemons that left the process group or session too,
+since everything in the container runs as one uid. Commands run one at a
+time. Should the container still be unusable (it stopped: its PID 1 was
+OOM-killed; a kill after Ctrl-C could not start), the next command restarts
+it first and its result says so (:attr:`CommandResult.notice`); a command
+that could not start in a stopped container is run in the new one.
+
+**Who the commands run as** (:func:`sandbox_user`): never uid 0. When ags
+runs as a normal user, as that user's uid:gid, so what the sandbox writes in
+the project belongs to the person. When ags runs as root, as the project
+directory's owner if that is not root (the person whose project it is). For
+a project that root owns, as ``nobody`` (65534:65534): such a sandbox can read
+what is world-readable but cannot write the project (the file tools, which
+run in ags itself, still can), and a shell result that failed with
+"Permission denied" says why (:meth:`Sandbox.write_note`). No passwd entry is
+needed; ``HOME`` is ``/tmp``.
 
 The docker SDK's ``exec_run`` has no timeout, so :meth:`Sandbox.run` does its
 own: the command runs under ``timeout -s KILL`` in the container, and the host
@@ -31,14 +51,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import select
 import socket
+import stat
 import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -51,11 +73,25 @@ WORKSPACE = "/workspace"
 OUTPUT_LIMIT = 30_000
 """Bytes of a command's output kept by default (half from the head, half from the tail)."""
 
+_N = TypeVar("_N", int, float)
+
 LABEL = "ags.sandbox"
 """Every sandbox container carries this label (value "1"); others name its project and owner."""
 
+NOBODY = (65534, 65534)
+"""The uid:gid of a sandbox over a root-owned project run by root (see :func:`sandbox_user`)."""
+
 # PID 1 of the container: sleeps, reaps adopted orphans while waiting, exits on TERM.
 _KEEPER = 'trap "exit 0" TERM; while :; do sleep 86400 & wait $!; done'
+# Every command: $0 is its timeout in seconds, $1 the command. `kill` is the
+# shell's builtin: it needs no process slot, and kill(-1) spares the caller and PID 1.
+# The wrapper's own stderr goes to /dev/null and the command's to the original
+# (fd 3), and the command runs as a job waited for: so the "Killed" a shell
+# prints for a child that died of a signal never reaches the output.
+_WRAPPER = (
+    'exec 3>&2 2>/dev/null; timeout -s KILL "$0" sh -c "$1" 2>&3 3>&- & wait $!; '
+    "status=$?; kill -KILL -1; exit $status"
+)
 
 # How long past the in-container timeout the host waits before it kills on its
 # own; dockerd holds an exec's stream open up to 2 s after the process exits.
@@ -64,6 +100,9 @@ _HOST_GRACE = 3.0
 _DRAIN = 2.0
 # How often the host asks whether a command past its timeout has ended.
 _POLL = 0.1
+# A command killed by SIGKILL may have died with its container: the engine
+# records the container's stop a moment after the command's end.
+_STOPPING = 0.5
 
 
 class SandboxError(AgsError):
@@ -93,6 +132,8 @@ class CommandResult:
     ``exit_code`` is None when the command was killed for passing its timeout
     (``timed_out``). ``truncated`` says the middle of ``output`` (stdout and
     stderr, interleaved as they came) was cut. ``duration`` is wall seconds.
+    ``notice`` says the sandbox was restarted, before or after this command,
+    and why.
     """
 
     exit_code: int | None
@@ -100,6 +141,50 @@ class CommandResult:
     timed_out: bool
     truncated: bool
     duration: float = 0.0
+    notice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one sandbox may use: memory (docker's form: ``512m``, ``2g``),
+    processes, and CPUs (``1.5`` is one and a half cores' time)."""
+
+    memory: str
+    pids: int
+    cpus: float
+
+    @classmethod
+    def from_env(
+        cls, memory: str | None = None, pids: int | None = None, cpus: float | None = None
+    ) -> Limits:
+        """The limits given, else ``AGS_SANDBOX_MEMORY`` / ``_PIDS`` / ``_CPUS``,
+        else 512m, 256 processes, and half the machine's cores (at least one).
+
+        A value out of range is a :class:`SandboxError` naming it.
+        """
+        env = os.environ
+        cores = os.cpu_count() or 1
+        if memory is None:
+            memory = env.get("AGS_SANDBOX_MEMORY") or "512m"
+        if not re.fullmatch(r"[0-9]+[bkmgBKMG]?", memory) or _memory_bytes(memory) < 16 << 20:
+            raise SandboxError(
+                f"sandbox memory {memory!r} is not a size of at least 16m (like 512m or 2g)"
+            )
+        if pids is None:
+            pids = _number(env.get("AGS_SANDBOX_PIDS"), "AGS_SANDBOX_PIDS", int)
+            if pids is None:
+                pids = 256
+        if not 16 <= pids <= 1_000_000:
+            raise SandboxError(f"sandbox pids limit {pids} is not between 16 and 1000000")
+        if cpus is None:
+            cpus = _number(env.get("AGS_SANDBOX_CPUS"), "AGS_SANDBOX_CPUS", float)
+            if cpus is None:
+                cpus = max(1.0, cores / 2)
+        if not 0.01 <= cpus <= cores:
+            raise SandboxError(
+                f"sandbox CPUs {cpus:g} is not between 0.01 and {cores}, the cores this machine has"
+            )
+        return cls(memory, pids, cpus)
 
 
 def default_image() -> str:
@@ -177,25 +262,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def sandbox_user(project_root: Path, euid: int | None = None) -> tuple[int, int]:
+    """The uid:gid a sandbox over ``project_root`` runs as, for a process whose
+    effective uid is ``euid`` (default: this one's). Never uid 0; the module
+    docstring says why each case is what it is."""
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        return euid, os.getegid()
+    owner = os.stat(project_root)
+    if owner.st_uid != 0:
+        return owner.st_uid, owner.st_gid
+    return NOBODY
+
+
 class Sandbox:
     """One session's container. Make it with :meth:`start`; use it as a context manager."""
 
     def __init__(
         self,
         client: docker.DockerClient,
-        container: Any,
+        config: dict[str, Any],
         project_root: Path,
         image: str,
         output_limit: int,
         owns_client: bool,
     ) -> None:
         self._client = client
-        self._container = container
+        self._config = config  # containers.create's arguments, for a restart
+        self._container: Any = None
         self.project_root = project_root
         self.image = image
         self.output_limit = output_limit
         self._owns_client = owns_client
         self._closed = False
+        self._broken: str | None = None  # why the next command must restart the container
+        uid, gid = (int(n) for n in str(config["user"]).split(":"))
+        self.user = (uid, gid)
+        """The uid:gid commands run as (see :func:`sandbox_user`)."""
+        self._root_stat = os.stat(project_root)
 
     @classmethod
     def start(
@@ -203,12 +307,13 @@ class Sandbox:
         project_root: Path,
         image: str | None = None,
         network: bool = False,
-        memory: str = "512m",
-        pids: int = 256,
+        memory: str | None = None,
+        pids: int | None = None,
         *,
+        cpus: float | None = None,
         tmp_size: str = "256m",
         read_only: bool = True,
-        user: str | None = None,
+        user: tuple[int, int] | None = None,
         environment: dict[str, str] | None = None,
         session: str | None = None,
         output_limit: int = OUTPUT_LIMIT,
@@ -216,93 +321,119 @@ class Sandbox:
     ) -> Sandbox:
         """Start a sandbox over ``project_root`` from ``image`` (default :func:`default_image`).
 
-        ``user`` defaults to the invoking user's ``uid:gid``. ``environment``
-        is added to the container's (``HOME=/tmp`` unless given). ``session``
-        only labels the container. A ``client`` passed in stays the caller's.
+        ``memory``, ``pids`` and ``cpus`` default as :meth:`Limits.from_env`
+        says. ``user`` (uid, gid) defaults to :func:`sandbox_user`; uid 0 is
+        refused. ``environment`` is added to the container's (``HOME=/tmp``
+        unless given). ``session`` only labels the container. A ``client``
+        passed in stays the caller's.
         """
         root = Path(project_root).resolve()
         if not root.is_dir():
             raise SandboxError(f"project root {root} is not a directory")
+        limits = Limits.from_env(memory, pids, cpus)
+        uid, gid = user if user is not None else sandbox_user(root)
+        if uid == 0:
+            raise SandboxError("the sandbox never runs as uid 0: give another uid")
         image = image or default_image()
+        config: dict[str, Any] = {
+            "image": image,
+            "command": ["sh", "-c", _KEEPER],
+            "network_mode": "none" if not network else None,
+            "mem_limit": limits.memory,
+            "pids_limit": limits.pids,
+            "nano_cpus": round(limits.cpus * 1e9),
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": read_only,
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={tmp_size}"},
+            "volumes": {str(root): {"bind": WORKSPACE, "mode": "rw"}},
+            "working_dir": WORKSPACE,
+            "user": f"{uid}:{gid}",
+            "environment": {"HOME": "/tmp", **(environment or {})},
+            "labels": {
+                LABEL: "1",
+                "ags.project": str(root),
+                "ags.session": session or "",
+                "ags.host": socket.gethostname(),
+                "ags.pid": str(os.getpid()),
+            },
+        }
         owns_client = client is None
         client = client or connect()
         remove_orphans(client)
-        labels = {
-            LABEL: "1",
-            "ags.project": str(root),
-            "ags.session": session or "",
-            "ags.host": socket.gethostname(),
-            "ags.pid": str(os.getpid()),
-        }
+        sandbox = cls(client, config, root, image, output_limit, owns_client)
         try:
-            container = client.containers.create(
-                image,
-                ["sh", "-c", _KEEPER],
-                network_mode="none" if not network else None,
-                mem_limit=memory,
-                pids_limit=pids,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=read_only,
-                tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={tmp_size}"},
-                volumes={str(root): {"bind": WORKSPACE, "mode": "rw"}},
-                working_dir=WORKSPACE,
-                user=user or _invoking_user(),
-                environment={"HOME": "/tmp", **(environment or {})},
-                labels=labels,
-            )
-        except docker.errors.ImageNotFound as exc:
-            if owns_client:
-                client.close()
-            raise ImageMissing(image) from exc
-        except Exception as exc:
-            if owns_client:
-                client.close()
-            raise _docker_error(
-                f"could not create a sandbox container from {image!r}", exc
-            ) from exc
-        sandbox = cls(client, container, root, image, output_limit, owns_client)
-        try:
-            container.start()
-            probe = container.exec_run(["sh", "-c", "command -v timeout >/dev/null"])
-            if probe.exit_code != 0:
-                raise SandboxError(
-                    f"the sandbox image {image!r} lacks a shell or `timeout`; "
-                    "ags runs commands with sh -c under timeout"
-                )
-        except BaseException as exc:
+            sandbox._launch()
+        except BaseException:
             with contextlib.suppress(SandboxError):  # the start failure is the one to report
                 sandbox.close()
-            if isinstance(exc, SandboxError) or not isinstance(exc, Exception):
-                raise
-            raise _docker_error(f"could not start the sandbox from {image!r}", exc) from exc
+            raise
         return sandbox
 
     @property
     def container_id(self) -> str:
-        """The container's full id."""
+        """The container's full id (a new one after a restart)."""
         return str(self._container.id)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def can_write_project(self) -> bool:
+        """Whether the sandbox's uid may write the project root, by its mode bits."""
+        uid, gid = self.user
+        st = self._root_stat
+        if st.st_uid == uid:
+            return bool(st.st_mode & stat.S_IWUSR)
+        if st.st_gid == gid:
+            return bool(st.st_mode & stat.S_IWGRP)
+        return bool(st.st_mode & stat.S_IWOTH)
+
+    def write_note(self) -> str:
+        """Why commands cannot write the project, for a result that failed on it."""
+        uid, gid = self.user
+        st = self._root_stat
+        note = (
+            f"the sandbox runs as uid {uid}:{gid} and the project root belongs to uid "
+            f"{st.st_uid} (mode {stat.S_IMODE(st.st_mode):o}), so commands cannot write there"
+        )
+        if (uid, gid) == NOBODY and st.st_uid == 0:
+            note += (
+                "; ags runs as root and root owns the project, and the sandbox never runs as "
+                "root. write_file and edit_file can still change files; for commands to, the "
+                "project must belong to a normal user"
+            )
+        return note
+
     def run(self, command: str, timeout: float) -> CommandResult:
         """Run ``sh -c command`` in /workspace; kill it and all it started after ``timeout`` s.
 
-        Raises :class:`SandboxError` only when the sandbox itself fails (the
-        container is gone, the engine stops answering); a failing command is a
-        result with its exit code.
+        Whatever the command left running is killed when it ends. Raises
+        :class:`SandboxError` only when the sandbox itself fails (the engine
+        stops answering, a restart fails); a failing command is a result with
+        its exit code.
         """
         if self._closed:
             raise SandboxError("the sandbox is closed")
+        notice = self._restart(self._broken) if self._broken else None
         seconds = max(1, math.ceil(timeout))
-        argv = ["timeout", "-s", "KILL", str(seconds), "sh", "-c", command]
+        argv = ["sh", "-c", _WRAPPER, str(seconds), command]
         api = self._client.api
         began = time.monotonic()
         try:
-            exec_id = api.exec_create(self._container.id, argv, stdout=True, stderr=True)["Id"]
-            stream = api.exec_start(exec_id, socket=True)
+            try:
+                exec_id = api.exec_create(self._container.id, argv, stdout=True, stderr=True)["Id"]
+                stream = api.exec_start(exec_id, socket=True)
+            except docker.errors.APIError:
+                stopped = self._stopped()
+                if stopped is None:
+                    raise
+                # It never started: run it in a fresh container.
+                notice = self._restart(stopped)
+                began = time.monotonic()
+                exec_id = api.exec_create(self._container.id, argv, stdout=True, stderr=True)["Id"]
+                stream = api.exec_start(exec_id, socket=True)
             sock = getattr(stream, "_sock", stream)  # socket.SocketIO wraps the real socket
             try:
                 exit_code, timed_out, output = self._collect(exec_id, sock, began + seconds)
@@ -315,16 +446,17 @@ class Sandbox:
                 exit_code = self._exit_code(exec_id)
                 # `timeout -s KILL` ends the command with 137 once its time is up.
                 timed_out = exit_code == 137 and time.monotonic() >= began + seconds - 0.1
-                if timed_out:
-                    self._kill_all()  # what the killed shell started in the background
+            if exit_code != 0 and not timed_out:
+                stopped = self._stopped(wait=_STOPPING if exit_code in (None, 137) else 0.0)
+                if stopped is not None:
+                    notice = self._restart(f"{stopped} during this command")
         except SandboxError:
             raise
         except Exception as exc:
             raise _docker_error("the sandbox could not run the command", exc) from exc
         except BaseException:
             # Ctrl-C: the command must not run on unwatched until its timeout.
-            with contextlib.suppress(Exception):
-                self._kill_all()
+            self._kill_all()
             raise
         text, truncated = output.text()
         return CommandResult(
@@ -333,6 +465,7 @@ class Sandbox:
             timed_out=timed_out,
             truncated=truncated,
             duration=time.monotonic() - began,
+            notice=notice,
         )
 
     def close(self) -> None:
@@ -341,7 +474,8 @@ class Sandbox:
             return
         self._closed = True
         try:
-            self._container.remove(force=True)
+            if self._container is not None:
+                self._container.remove(force=True)
         except docker.errors.NotFound:
             pass
         except Exception as exc:
@@ -366,6 +500,65 @@ class Sandbox:
         except SandboxError:
             if exc is None:
                 raise  # else the error already in flight is the one to see
+
+    def _launch(self) -> None:
+        """Create and start a container from the config, and check it can run commands."""
+        image = self.image
+        try:
+            self._container = self._client.containers.create(**self._config)
+        except docker.errors.ImageNotFound as exc:
+            raise ImageMissing(image) from exc
+        except Exception as exc:
+            raise _docker_error(
+                f"could not create a sandbox container from {image!r}", exc
+            ) from exc
+        try:
+            self._container.start()
+            probe = self._container.exec_run(["sh", "-c", "command -v timeout >/dev/null"])
+        except Exception as exc:
+            raise _docker_error(f"could not start the sandbox from {image!r}", exc) from exc
+        if probe.exit_code != 0:
+            raise SandboxError(
+                f"the sandbox image {image!r} lacks a shell or `timeout`; "
+                "ags runs commands with sh -c under timeout"
+            )
+
+    def _restart(self, reason: str) -> str:
+        """Replace the container with a fresh one; the notice for the model."""
+        old, self._container = self._container, None
+        with contextlib.suppress(Exception):
+            old.remove(force=True)
+        try:
+            self._launch()
+        except SandboxError as exc:
+            self._broken = reason  # try again at the next command
+            raise SandboxError(
+                f"the sandbox failed ({reason}) and could not restart: {exc}"
+            ) from exc
+        self._broken = None
+        return (
+            f"the sandbox was restarted: {reason}; processes started before and files in /tmp "
+            "are gone, the project is as it was"
+        )
+
+    def _stopped(self, wait: float = 0.0) -> str | None:
+        """Why the container no longer runs commands, or None while it does
+        (asking again for up to ``wait`` seconds)."""
+        until = time.monotonic() + wait
+        while True:
+            try:
+                self._container.reload()
+            except docker.errors.NotFound:
+                return "its container was removed"
+            state = self._container.attrs.get("State", {})
+            if not state.get("Running"):
+                break
+            if time.monotonic() >= until:
+                return None
+            time.sleep(_POLL / 2)
+        if state.get("OOMKilled"):
+            return "its container stopped (out of memory)"
+        return f"its container stopped (exit code {state.get('ExitCode')})"
 
     def _collect(
         self, exec_id: str, sock: Any, deadline: float
@@ -396,8 +589,7 @@ class Sandbox:
                     exit_code = info["ExitCode"]
                     if exit_code == 137:
                         timed_out = True
-                        self._kill_all()
-                        killed_at = now
+                        killed_at = now  # the wrapper has killed the rest on its way out
                 next_poll = now + _POLL
             pending = getattr(sock, "pending", None)
             if not (pending and pending()):
@@ -424,8 +616,15 @@ class Sandbox:
         return None
 
     def _kill_all(self) -> None:
-        """SIGKILL every process in the container but PID 1 (the keeper)."""
-        self._container.exec_run(["sh", "-c", "kill -KILL -1 2>/dev/null; true"])
+        """SIGKILL every process in the container but PID 1 (the keeper). Should
+        that fail, the next command restarts the container instead."""
+        try:
+            done = self._container.exec_run(["sh", "-c", "kill -KILL -1 2>/dev/null; true"])
+            failed = done.exit_code != 0
+        except Exception:
+            failed = True
+        if failed:
+            self._broken = "the processes of an interrupted command could not be killed"
 
 
 class _HeadTail:
@@ -463,24 +662,47 @@ class _HeadTail:
 
 
 class _Frames:
-    """Splits docker's multiplexed exec stream (8-byte header, then payload) into a sink."""
+    """Splits docker's multiplexed exec stream (8-byte header, then payload) into a sink.
+
+    Payload goes to the sink as it arrives: a header may announce any size, and
+    only the header is ever buffered.
+    """
 
     def __init__(self, sink: _HeadTail) -> None:
         self.sink = sink
-        self._buffer = bytearray()
+        self._header = bytearray()
+        self._left = 0  # payload bytes of the current frame still to come
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
-        while len(self._buffer) >= 8:
-            _, size = struct.unpack(">BxxxL", self._buffer[:8])
-            if len(self._buffer) < 8 + size:
-                return
-            self.sink.add(bytes(self._buffer[8 : 8 + size]))
-            del self._buffer[: 8 + size]
+        view = memoryview(data)
+        while view:
+            if self._left:
+                take = view[: self._left]
+                self.sink.add(bytes(take))
+                self._left -= len(take)
+                view = view[len(take) :]
+                continue
+            need = 8 - len(self._header)
+            self._header += view[:need]
+            view = view[need:]
+            if len(self._header) == 8:
+                _, self._left = struct.unpack(">BxxxL", self._header)
+                self._header.clear()
 
 
-def _invoking_user() -> str:
-    return f"{os.getuid()}:{os.getgid()}"
+def _number(raw: str | None, name: str, kind: type[_N]) -> _N | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise SandboxError(f"{name}={raw!r} is not a number") from None
+
+
+def _memory_bytes(size: str) -> int:
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    unit = size[-1].lower()
+    return int(size[:-1]) * units[unit] if unit in units else int(size)
 
 
 def _unavailable(exc: BaseException) -> DockerUnavailable:

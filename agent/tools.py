@@ -8,9 +8,14 @@ the user before running it. Approval is the loop's job, not the toolbox's.
 * ``shell`` runs in the :class:`~agent.sandbox.Sandbox`.
 * ``read_file``, ``write_file``, ``edit_file`` and ``list_files`` work on the
   project root directly on the host: it is the same directory the sandbox sees
-  at /workspace, and the host is faster. A path is relative to the project
-  root or absolute under /workspace; a path that leaves the project root (by
-  ``..``, an absolute path elsewhere, or a symlink that points out) is refused.
+  at /workspace, and the host is faster. Every one of them goes through the
+  toolbox's :class:`~agent.confined.ConfinedFS`, whose walk cannot be raced
+  out of the project by a command in the sandbox swapping directories for
+  symlinks. A path is relative to the project root or absolute under
+  /workspace; a path that leaves the project root (by ``..``, an absolute path
+  elsewhere, or a symlink that points out) is refused. Reads take regular
+  files only and are bounded in bytes (READ_BYTES given back, SCAN_BYTES
+  read, EDIT_BYTES for an edit); writes replace a file atomically.
 * ``scratchpad`` and ``todo`` change only the agent state dict handed to the
   toolbox (``state["scratchpad"]: str``, ``state["todos"]: list of
   {"text": str, "done": bool}``); the loop persists it.
@@ -24,11 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from types import TracebackType
+from typing import Any, BinaryIO
 
+from agent.confined import ConfinedError, ConfinedFS, FileTooLarge, OutsideRoot
 from agent.sandbox import WORKSPACE, Sandbox, SandboxError, truncate_middle
 
 RESULT_LIMIT = 40_000
@@ -39,7 +46,20 @@ Above the sandbox's own 30,000-byte output limit, so a shell result is cut once.
 SHELL_TIMEOUT = 60
 SHELL_TIMEOUT_MAX = 600
 READ_LINES = 2000
+READ_BYTES = 32_000
+"""Bytes of a file one read_file gives back (whole lines; the start of one longer line)."""
+SCAN_BYTES = 64 * 1024 * 1024
+"""Bytes of a file one read_file reads at most, to count its lines and reach ``offset``."""
+EDIT_BYTES = 8 * 1024 * 1024
+"""The largest file edit_file changes (it holds the file in memory, twice)."""
 LIST_ENTRIES = 1000
+ARGUMENTS_CHARS = 4 * 1024 * 1024
+"""The longest tool arguments, as JSON text, that a call may carry."""
+
+_SNIFF = 8192  # bytes looked at for a NUL to call a file binary
+_CHUNK = 64 * 1024
+_UNLISTED = frozenset({".git"})
+_DENIED = "Permission denied"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +113,8 @@ TOOLS: dict[str, ToolSpec] = {
             "Run a shell command (sh -c) in the sandbox, in /workspace, which is the project "
             "root. No network. stdout and stderr come back together, with the exit code; "
             "long output is cut in the middle. The command and all it started are killed "
-            "when the timeout passes.",
+            "when the timeout passes, and anything it leaves running in the background is "
+            "killed when it ends.",
             _object(
                 {
                     "command": {"type": "string", "description": "The command for sh -c."},
@@ -109,8 +130,8 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "read_file",
-            f"Read a text file. Gives up to {READ_LINES} lines unless limit says otherwise; "
-            "use offset to read further.",
+            f"Read a text file. Gives up to {READ_LINES} lines (and {READ_BYTES} bytes) "
+            "unless limit says otherwise; use offset to read further.",
             _object(
                 {
                     "path": _PATH,
@@ -123,7 +144,8 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "write_file",
-            "Write content to a file, replacing it if it exists; missing directories are made.",
+            "Write content to a file, replacing it whole if it exists; missing directories "
+            "are made.",
             _object(
                 {"path": _PATH, "content": {"type": "string", "description": "The whole file."}},
                 ["path", "content"],
@@ -204,7 +226,8 @@ class Toolbox:
         *,
         result_limit: int = RESULT_LIMIT,
     ) -> None:
-        self.root = Path(project_root).resolve()
+        self.files = ConfinedFS(project_root, aliases=(WORKSPACE,))
+        self.root = self.files.root
         self.sandbox = sandbox
         self.state = state
         self.result_limit = result_limit
@@ -235,34 +258,32 @@ class Toolbox:
             content, ok = f"error: {failed}", False
         except SandboxError as exc:
             content, ok = f"error: the sandbox failed: {exc}", False
+        except OutsideRoot as exc:
+            hint = ""
+            if PurePosixPath(exc.path).is_absolute():
+                hint = f": use a path relative to the project root or under {WORKSPACE}"
+            content, ok = f"error: {exc}{hint}", False
+        except ConfinedError as exc:
+            content, ok = f"error: {exc}", False
         except OSError as exc:
-            content, ok = f"error: {_os_error(exc, self.root)}", False
+            content, ok = f"error: {_os_error(exc)}", False
         content, _ = truncate_middle(content, self.result_limit)
         return ToolOutcome(content, ok)
 
-    # -- paths
+    def close(self) -> None:
+        """Let go of the project's directory fd (a dropped toolbox does so when collected)."""
+        self.files.close()
 
-    def _resolve(self, path: str) -> Path:
-        """The host path for a tool's ``path``, or _ToolFailed if it leaves the project root."""
-        if not path or "\0" in path:
-            raise _ToolFailed("path is empty or contains a NUL character")
-        given = PurePosixPath(path)
-        if given.is_absolute():
-            workspace = PurePosixPath(WORKSPACE)
-            if given != workspace and workspace not in given.parents:
-                raise _ToolFailed(
-                    f"{path} is outside the project: use a path relative to the project root "
-                    f"or under {WORKSPACE}"
-                )
-            given = given.relative_to(workspace)
-        resolved = (self.root / given).resolve()  # follows symlinks, including dangling ones
-        if resolved != self.root and self.root not in resolved.parents:
-            raise _ToolFailed(f"{path} leads outside the project root; that is not allowed")
-        return resolved
+    def __enter__(self) -> Toolbox:
+        return self
 
-    def _shown(self, path: Path) -> str:
-        rel = path.relative_to(self.root).as_posix()
-        return "." if rel == "." else rel
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- the tools
 
@@ -280,6 +301,8 @@ class Toolbox:
         output = result.output
         if output and not output.endswith("\n"):
             output += "\n"
+        if result.notice:
+            output = f"[{result.notice}]\n{output}"
         if result.timed_out:
             raise _CommandFailed(
                 f"{output}[timed out after {timeout} s: the command and all it started "
@@ -287,84 +310,108 @@ class Toolbox:
             )
         status = f"[exit code {result.exit_code}]{note}"
         if result.exit_code != 0:
+            if not self.sandbox.can_write_project and _DENIED in output:
+                status += f"\n[{self.sandbox.write_note()}]"
             raise _CommandFailed(output + status)
         return output + status
 
     def _read_file(self, args: dict[str, Any]) -> str:
-        path = self._resolve(args["path"])
+        given = args["path"]
         offset = args.get("offset", 1)
         limit = args.get("limit", READ_LINES)
         if offset < 1 or limit < 1:
             raise _ToolFailed("offset and limit must be at least 1")
-        if path.is_dir():
-            raise _ToolFailed(f"{args['path']} is a directory: use list_files")
-        with path.open("rb") as f:
-            if b"\0" in f.read(8192):
-                size = path.stat().st_size
-                raise _ToolFailed(f"{args['path']} is a binary file ({size} bytes)")
+        try:
+            f = self.files.open_file(given)
+        except IsADirectoryError:
+            raise _ToolFailed(f"{given} is a directory: use list_files") from None
+        with f:
+            head = f.read(_SNIFF)
+            if b"\0" in head:
+                size = os.fstat(f.fileno()).st_size
+                raise _ToolFailed(f"{given} is a binary file ({size} bytes)")
             f.seek(0)
-            lines: list[str] = []
-            total = 0
-            for number, raw in enumerate(f, start=1):
-                total = number
-                if offset <= number < offset + limit:
-                    lines.append(raw.decode("utf-8", errors="replace"))
-        if total == 0:
-            return f"({args['path']} is empty)"
-        if offset > total:
-            raise _ToolFailed(f"offset {offset} is past the end: {args['path']} has {total} lines")
-        text = "".join(lines)
-        last = offset + len(lines) - 1
-        if offset > 1 or last < total:
-            text += f"\n[lines {offset}-{last} of {total}]"
+            page = _page(f, offset, limit)
+        if page.total == 0:
+            return f"({given} is empty)"
+        if page.last < offset:
+            if page.total is None:
+                raise _ToolFailed(
+                    f"offset {offset} is past the first {SCAN_BYTES} bytes of {given}, which "
+                    f"hold {page.counted} lines; read further with shell "
+                    f"(sed -n '{offset},+{limit - 1}p' {given})"
+                )
+            raise _ToolFailed(f"offset {offset} is past the end: {given} has {page.total} lines")
+        text = page.text.decode("utf-8", errors="replace")
+        of = f"{page.total}" if page.total is not None else f"at least {page.counted}"
+        if page.cut_line:
+            return text + f"\n[line {page.last} of {of} is cut after its first {READ_BYTES} bytes]"
+        if page.full:
+            return text + (
+                f"\n[lines {offset}-{page.last} of {of}; cut at {READ_BYTES} bytes: read on "
+                f"with offset={page.last + 1}]"
+            )
+        if offset > 1 or page.total is None or page.last < page.total:
+            text += f"\n[lines {offset}-{page.last} of {of}]"
         return text
 
     def _write_file(self, args: dict[str, Any]) -> str:
-        path = self._resolve(args["path"])
-        if path.is_dir():
-            raise _ToolFailed(f"{args['path']} is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = args["content"].encode("utf-8")
-        existed = path.exists()
-        path.write_bytes(data)
-        verb = "replaced" if existed else "created"
-        return f"{verb} {self._shown(path)} ({len(data)} bytes)"
+        data = _utf8(args["content"], "content")
+        try:
+            written = self.files.write_bytes(args["path"], data)
+        except IsADirectoryError:
+            raise _ToolFailed(f"{args['path']} is a directory") from None
+        verb = "created" if written.created else "replaced"
+        return f"{verb} {written.path} ({len(data)} bytes)"
 
     def _edit_file(self, args: dict[str, Any]) -> str:
-        path = self._resolve(args["path"])
+        given = args["path"]
         old: str = args["old"]
         if not old:
             raise _ToolFailed("old is empty: give the exact text to replace")
-        if path.is_dir():
-            raise _ToolFailed(f"{args['path']} is a directory")
-        with path.open(encoding="utf-8", newline="") as f:  # keep \r\n as it is
-            text = f.read()
+        try:
+            raw = self.files.read_bytes(given, EDIT_BYTES)
+        except IsADirectoryError:
+            raise _ToolFailed(f"{given} is a directory") from None
+        except FileTooLarge as exc:
+            raise _ToolFailed(
+                f"{given} is {exc.size} bytes; edit_file works on files up to {EDIT_BYTES} "
+                "bytes: change it with shell"
+            ) from None
+        try:
+            text = raw.decode("utf-8")  # \r\n stays as it is
+        except UnicodeDecodeError as exc:
+            raise _ToolFailed(
+                f"{given} is not UTF-8 text (byte {exc.start}): edit it with shell"
+            ) from None
         count = text.count(old)
         if count != 1:
             how = "does not occur" if count == 0 else f"occurs {count} times"
             raise _ToolFailed(
-                f"old text {how} in {args['path']}; it must occur exactly once"
+                f"old text {how} in {given}; it must occur exactly once"
                 + (" (include more surrounding lines)" if count > 1 else "")
             )
         at = text.index(old)
-        with path.open("w", encoding="utf-8", newline="") as f:
-            f.write(text[:at] + args["new"] + text[at + len(old) :])
+        new = _utf8(text[:at] + args["new"] + text[at + len(old) :], "new")
+        written = self.files.write_bytes(given, new, make_parents=False)
         line = text.count("\n", 0, at) + 1
-        return f"edited {self._shown(path)}: replaced 1 occurrence at line {line}"
+        return f"edited {written.path}: replaced 1 occurrence at line {line}"
 
     def _list_files(self, args: dict[str, Any]) -> str:
-        top = self._resolve(args.get("path", "."))
-        if not top.is_dir():
-            raise _ToolFailed(f"{args.get('path', '.')} is not a directory")
+        given = args.get("path", ".")
         entries: list[str] = []
-        for path in _walk(top, args.get("recursive", False)):
-            if len(entries) == LIST_ENTRIES:
-                entries.append("[... more entries not shown: list a subdirectory]")
-                break
-            shown = self._shown(path)
-            entries.append(shown + "/" if path.is_dir() and not path.is_symlink() else shown)
+        try:
+            for entry in self.files.walk(
+                given, recursive=args.get("recursive", False), limit=LIST_ENTRIES, skip=_UNLISTED
+            ):
+                if entry is None:
+                    entries.append("[... more entries not shown: list a subdirectory]")
+                    break
+                entries.append(entry.path + "/" if entry.is_dir else entry.path)
+        except NotADirectoryError:
+            raise _ToolFailed(f"{given} is not a directory") from None
         if not entries:
-            return f"({args.get('path', '.')} is empty)"
+            return f"({given} is empty)"
         return "\n".join(entries)
 
     def _scratchpad(self, args: dict[str, Any]) -> str:
@@ -416,26 +463,85 @@ class _CommandFailed(Exception):
     """A shell command ran but failed (non-zero exit, timeout); its output is the content."""
 
 
-def _walk(top: Path, recursive: bool) -> Iterator[Path]:
-    """The entries under ``top`` in sorted order, without .git; symlinks are not entered."""
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """The lines of a file that one read_file gives back.
+
+    ``text`` is whole lines from the offset asked for to ``last`` (none when
+    ``last`` is before the offset), or with ``cut_line`` the start of line
+    ``last`` alone, which passed READ_BYTES. ``full``: the next wanted line did
+    not fit in READ_BYTES. ``total`` is the file's line count, None when
+    counting stopped at SCAN_BYTES, having seen ``counted`` lines (the last
+    perhaps in part).
+    """
+
+    text: bytes
+    last: int
+    total: int | None
+    counted: int
+    full: bool
+    cut_line: bool
+
+
+def _page(f: BinaryIO, offset: int, limit: int) -> _Page:
+    """Lines ``offset``.. ``offset + limit - 1`` of ``f``, read in chunks: memory
+    stays within READ_BYTES plus a chunk however long the lines are."""
+    out = bytearray()
+    line = 1  # the line the next byte belongs to
+    line_began = 0  # len(out) where the current line began
+    line_bytes = 0  # bytes of the current line read so far
+    last = offset - 1
+    full = cut_line = False
+    scanned = 0
+    ended = False
+    while scanned < SCAN_BYTES:
+        chunk = f.read(min(_CHUNK, SCAN_BYTES - scanned))
+        if not chunk:
+            ended = True
+            break
+        scanned += len(chunk)
+        at = 0
+        while at < len(chunk):
+            newline = chunk.find(b"\n", at)
+            end = len(chunk) if newline < 0 else newline + 1
+            if offset <= line < offset + limit and not full:
+                piece = chunk[at:end]
+                if len(out) + len(piece) <= READ_BYTES:
+                    out += piece
+                elif line == offset:  # the first line alone is too long: keep its start
+                    out += piece[: READ_BYTES - len(out)]
+                    full = cut_line = True
+                    last = line
+                else:
+                    del out[line_began:]  # only whole lines
+                    full = True
+            line_bytes += end - at
+            if newline >= 0:
+                if offset <= line < offset + limit and not full:
+                    last = line
+                line += 1
+                line_began = len(out)
+                line_bytes = 0
+            at = end
+    if ended and line_bytes and offset <= line < offset + limit and not full:
+        last = line  # the last line, without a newline
+    seen = line - 1 + (1 if line_bytes else 0)
+    return _Page(bytes(out), last, seen if ended else None, seen, full, cut_line)
+
+
+def _utf8(text: str, name: str) -> bytes:
     try:
-        children = sorted(p for p in top.iterdir() if p.name != ".git")
-    except OSError:
-        if recursive:
-            return  # an unreadable subdirectory; the top one was checked by the caller
-        raise
-    for path in children:
-        yield path
-        if recursive and path.is_dir() and not path.is_symlink():
-            yield from _walk(path, True)
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _ToolFailed(
+            f"{name} holds a character that cannot be written as UTF-8 "
+            f"({text[exc.start]!r} at {exc.start}, a lone surrogate)"
+        ) from None
 
 
-def _os_error(exc: OSError, root: Path) -> str:
-    where = exc.filename
-    if isinstance(where, str) and where.startswith(str(root)):
-        where = os.path.relpath(where, root)
+def _os_error(exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
-    return f"{where}: {reason}" if where else reason
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -455,10 +561,17 @@ def _checked_arguments(spec: ToolSpec, arguments: dict[str, Any] | str | None) -
     if arguments is None or arguments == "":
         arguments = {}
     if isinstance(arguments, str):
+        if len(arguments) > ARGUMENTS_CHARS:
+            raise _ToolFailed(
+                f"the arguments for {spec.name} are {len(arguments)} characters long, more than "
+                f"the {ARGUMENTS_CHARS} allowed"
+            )
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
             raise _ToolFailed(f"the arguments for {spec.name} are not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise _ToolFailed(f"the arguments for {spec.name} are nested too deeply") from None
     if not isinstance(arguments, dict):
         raise _ToolFailed(f"the arguments for {spec.name} must be a JSON object")
     properties: dict[str, Any] = spec.parameters["properties"]
@@ -483,11 +596,12 @@ def _checked_arguments(spec: ToolSpec, arguments: dict[str, Any] | str | None) -
         ):
             article = "an" if schema["type"] == "integer" else "a"
             raise _ToolFailed(
-                f"{spec.name}: {name} must be {article} {schema['type']}, not {value!r}"
+                f"{spec.name}: {name} must be {article} {schema['type']}, not {_brief(value)}"
             )
         if "enum" in schema and value not in schema["enum"]:
             raise _ToolFailed(
-                f"{spec.name}: {name} must be one of {', '.join(schema['enum'])}, not {value!r}"
+                f"{spec.name}: {name} must be one of {', '.join(schema['enum'])}, "
+                f"not {_brief(value)}"
             )
         checked[name] = value
     return checked
@@ -502,3 +616,11 @@ def _coerced(value: Any, kind: str) -> Any:
     if kind == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     return value
+
+
+def _brief(value: Any) -> str:
+    """A wrong argument, shown short: a model may send anything, nested any deep."""
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

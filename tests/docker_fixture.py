@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import docker.errors
 import pytest
@@ -15,6 +16,9 @@ import pytest
 from agent.sandbox import DockerUnavailable, connect, docker_host
 
 TEST_IMAGE = os.environ.get("AGS_TEST_IMAGE") or "ags-sandbox:test"
+
+PROJECT_OWNER = (4242, 4242)
+"""Who owns a test project when the tests run as root, as a person's project would be."""
 
 
 @functools.cache
@@ -40,3 +44,23 @@ def require_docker() -> str:
             pytest.fail(f"{problem}, and AGS_REQUIRE_DOCKER=1")
         pytest.skip(problem)
     return TEST_IMAGE
+
+
+def owned_project(path: Path) -> Path:
+    """``path`` (and all under it) given to a normal user when the tests run as root.
+
+    A sandbox never runs as uid 0; over a project that root owns it runs as
+    ``nobody`` and cannot write there. A person's project belongs to them, and
+    the sandbox then runs as its owner: that is the case these tests want.
+    """
+    if os.geteuid() == 0:
+        for where, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(where, name), *PROJECT_OWNER)
+        os.chown(path, *PROJECT_OWNER)
+    return path
+
+
+def expected_user() -> tuple[int, int]:
+    """The uid:gid a sandbox over an :func:`owned_project` runs as."""
+    return PROJECT_OWNER if os.geteuid() == 0 else (os.geteuid(), os.getegid())

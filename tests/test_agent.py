@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import pytest
 from conftest import tree_snapshot
-from docker_fixture import require_docker
+from docker_fixture import owned_project, require_docker
 from model_server import FakeModelServer
 
 from agent.loop import UNKNOWN_OUTCOME
@@ -44,7 +44,7 @@ def project(tmp_path: Path) -> Path:
     p = tmp_path / "project"
     p.mkdir()
     (p / "README.md").write_text("# demo\n")
-    return p
+    return owned_project(p)  # a person's, so the sandbox (never root) can write it
 
 
 def env_for(tmp_path: Path, server: FakeModelServer, image: str) -> dict[str, str]:

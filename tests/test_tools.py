@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
-from docker_fixture import require_docker
+from docker_fixture import owned_project, require_docker
+from hazards import deadline, deep_tree
 
+from agent import tools
+from agent.confined import MAX_DEPTH
 from agent.sandbox import Sandbox
-from agent.tools import LIST_ENTRIES, TOOLS, Toolbox, tool_schemas
+from agent.tools import (
+    ARGUMENTS_CHARS,
+    EDIT_BYTES,
+    LIST_ENTRIES,
+    READ_BYTES,
+    TOOLS,
+    Toolbox,
+    tool_schemas,
+)
 
 
 @pytest.fixture
@@ -66,17 +80,105 @@ def test_read_file_failures_are_error_text(box: Toolbox, project: Path) -> None:
     assert missing.content == "error: nope.txt: No such file or directory"
     (project / "blob.bin").write_bytes(b"\x00\x01" * 10)
     assert "binary file (20 bytes)" in box.run("read_file", {"path": "blob.bin"}).content
-    assert "is a directory" in box.run("read_file", {"path": "src"}).content
+    folder = box.run("read_file", {"path": "src"})
+    assert folder.content == "error: src is a directory: use list_files"
     past = box.run("read_file", {"path": "README.md", "offset": 5})
     assert "past the end" in past.content and "1 lines" in past.content
 
 
 def test_a_huge_result_is_cut_in_the_middle_with_a_marker(project: Path) -> None:
-    (project / "big.txt").write_text("x" * 100_000)
-    out = Toolbox(project, None, {}, result_limit=1000).run("read_file", {"path": "big.txt"})
+    state = {"scratchpad": "x" * 100_000}
+    out = Toolbox(project, None, state, result_limit=1000).run("scratchpad", {"action": "read"})
     assert out.ok
     assert "[... 99000 characters cut here by ags ...]" in out.content
     assert len(out.content) < 1100
+
+
+def test_read_file_gives_whole_lines_up_to_its_byte_limit(box: Toolbox, project: Path) -> None:
+    line = "y" * 99 + "\n"
+    (project / "wide.txt").write_text(line * 1000)  # 100,000 bytes in 1000 lines
+    out = box.run("read_file", {"path": "wide.txt"})
+    assert out.ok
+    shown = READ_BYTES // 100
+    assert out.content == line * shown + (
+        f"\n[lines 1-{shown} of 1000; cut at {READ_BYTES} bytes: read on with offset={shown + 1}]"
+    )
+    rest = box.run("read_file", {"path": "wide.txt", "offset": 991})
+    assert rest.content == line * 10 + "\n[lines 991-1000 of 1000]"
+
+
+def test_read_file_of_a_one_line_300_mb_file_keeps_memory_bounded(
+    box: Toolbox, project: Path
+) -> None:
+    with open(project / "one-line.txt", "wb") as f:
+        for _ in range(300):
+            f.write(b"z" * (1 << 20))
+    tracemalloc.start()
+    try:
+        out = box.run("read_file", {"path": "one-line.txt"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.ok
+    note = f"[line 1 of at least 1 is cut after its first {READ_BYTES} bytes]"
+    assert out.content == "z" * READ_BYTES + "\n" + note
+    assert peak < 2_000_000, f"reading it peaked at {peak} bytes"
+
+
+def test_read_file_counts_lines_only_so_far(
+    box: Toolbox, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tools, "SCAN_BYTES", 1000)
+    (project / "long.txt").write_text("".join(f"{n:09}\n" for n in range(1, 1001)))  # 10 KB
+    first = box.run("read_file", {"path": "long.txt", "limit": 2})
+    assert first.content == "000000001\n000000002\n\n[lines 1-2 of at least 100]"
+    past = box.run("read_file", {"path": "long.txt", "offset": 500})
+    assert not past.ok
+    assert past.content == (
+        "error: offset 500 is past the first 1000 bytes of long.txt, which hold 100 lines; "
+        "read further with shell (sed -n '500,+1999p' long.txt)"
+    )
+
+
+def test_read_file_of_a_fifo_fails_at_once(box: Toolbox, project: Path) -> None:
+    os.mkfifo(project / "pipe")
+    with deadline(5):  # the old read_file blocked here for good, and ags run with it
+        out = box.run("read_file", {"path": "pipe"})
+    assert not out.ok and out.content == "error: pipe is a FIFO, not a regular file"
+
+
+def test_edit_file_refuses_what_it_cannot_hold_or_decode(box: Toolbox, project: Path) -> None:
+    (project / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    out = box.run("edit_file", {"path": "latin1.txt", "old": "caf", "new": "tea"})
+    assert not out.ok
+    assert out.content == "error: latin1.txt is not UTF-8 text (byte 3): edit it with shell"
+    with open(project / "huge.txt", "wb") as f:
+        f.truncate(EDIT_BYTES + 1)
+    big = box.run("edit_file", {"path": "huge.txt", "old": "a", "new": "b"})
+    assert not big.ok and f"edit_file works on files up to {EDIT_BYTES} bytes" in big.content
+    assert (project / "latin1.txt").read_bytes() == b"caf\xe9\n"
+
+
+def test_text_that_is_not_unicode_is_an_error_not_a_crash(box: Toolbox, project: Path) -> None:
+    out = box.run("write_file", '{"path": "s.txt", "content": "a\\ud800b"}')
+    assert not out.ok and "lone surrogate" in out.content
+    assert not (project / "s.txt").exists()
+
+
+def test_arguments_nested_too_deep_or_too_large_are_errors(box: Toolbox) -> None:
+    deep = box.run("read_file", '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert not deep.ok and "nested too deeply" in deep.content
+    huge = box.run("write_file", '{"path": "x", "content": "' + "a" * ARGUMENTS_CHARS + '"}')
+    assert not huge.ok and "more than the" in huge.content
+
+
+def test_list_files_of_a_very_deep_tree_is_an_answer_not_a_crash(project: Path) -> None:
+    box = Toolbox(project, None, {}, result_limit=1_000_000)
+    with deep_tree(project, 1500):  # deeper than Python's recursion limit
+        out = box.run("list_files", {"recursive": True})
+    assert out.ok
+    chain = [line for line in out.content.splitlines() if line.startswith("d/")]
+    assert chain == ["d/" * n for n in range(1, MAX_DEPTH + 1)]
 
 
 def test_write_file_creates_directories_and_replaces(box: Toolbox, project: Path) -> None:
@@ -216,6 +318,12 @@ def test_notes_are_not_mutating_in_the_approval_sense() -> None:
         ("read_file", "[1, 2]", "must be a JSON object"),
         ("todo", {"action": "shuffle"}, "must be one of list, add, done, remove"),
         ("todo", {"action": "done", "index": True}, "index must be an integer"),
+        ("read_file", {"path": ""}, "path is empty"),
+        ("read_file", {"path": "a\0b"}, "contains a NUL"),
+        ("read_file", {"path": "a\ud800"}, "holds a character no file name can"),
+        ("read_file", {"path": "a/" * 3000}, "more than 4096"),
+        ("todo", {"action": "x" * 1000}, "not 'xxxxxxxxxxxxxxx"),
+        ("read_file", {"path": [[[[[]]]]]}, "path must be a string, not a JSON array"),
         ("shell", {"command": "ls"}, "no sandbox"),
     ],
 )
@@ -237,7 +345,7 @@ def test_arguments_as_json_text_and_numbers_as_strings_are_accepted(box: Toolbox
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     image = require_docker()
-    with Sandbox.start(tmp_path_factory.mktemp("shell-project"), image) as box:
+    with Sandbox.start(owned_project(tmp_path_factory.mktemp("shell-project")), image) as box:
         yield box
 
 
@@ -256,3 +364,103 @@ def test_shell_timeout_is_reported_to_the_model(sandbox: Sandbox) -> None:
     )
     assert not out.ok
     assert out.content.startswith("begun\n[timed out after 1 s")
+
+
+def test_shell_says_why_it_cannot_write_a_project_root_owns(tmp_path: Path) -> None:
+    image = require_docker()
+    if os.geteuid() != 0:
+        pytest.skip("ags must run as root for this case")
+    project = tmp_path / "root-owned"
+    project.mkdir()
+    project.chmod(0o755)
+    with Sandbox.start(project, image) as box:
+        tools = Toolbox(project, box, {})
+        out = tools.run("shell", {"command": "echo hi > made.txt"})
+        assert not out.ok
+        assert out.content == (
+            f"sh: can't create made.txt: Permission denied\n[exit code 1]\n[{box.write_note()}]"
+        )
+        # The file tools run in ags itself, and can.
+        assert tools.run("write_file", {"path": "made.txt", "content": "hi\n"}).ok
+        assert (project / "made.txt").read_text() == "hi\n"
+        assert tools.run("shell", {"command": "cat made.txt"}).content == "hi\n[exit code 0]"
+
+
+def test_shell_results_say_when_the_sandbox_was_restarted(sandbox: Sandbox) -> None:
+    tools = Toolbox(sandbox.project_root, sandbox, {})
+    client = docker.from_env()
+    try:
+        client.containers.get(sandbox.container_id).kill()
+    finally:
+        client.close()
+    out = tools.run("shell", {"command": "echo back"})
+    assert out.ok
+    assert out.content.startswith("[the sandbox was restarted: its container stopped")
+    assert out.content.endswith("]\nback\n[exit code 0]")
+
+
+# -- the race the sandbox can run against the file tools
+
+RACE_ROUNDS = 500
+# Self-healing: in the moment d is missing a tool's write may make a d of its
+# own, which the sandbox's uid may not be able to empty; it is moved aside.
+_FLIP = (
+    "n=0; while :; do n=$((n+1)); "
+    "rm -rf d || mv d stuck-$n; mkdir d && echo inside > d/f; "
+    "rm -rf d || mv d stuck-d$n; ln -s {outside} d; done >/dev/null 2>&1"
+)
+
+
+def files_of(where: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(where.iterdir())}
+
+
+def test_a_sandbox_swapping_a_directory_for_a_symlink_cannot_lead_the_file_tools_out(
+    tmp_path: Path,
+) -> None:
+    """A command in the sandbox flips project/d between a real directory and a
+    symlink to a host directory outside the project, as fast as it can, while
+    every file tool works on d/ in a loop. Nothing outside may be read,
+    listed or written. (Against the tools that checked a path and then opened
+    it, this leaked the secret and wrote outside within a few dozen rounds.)"""
+    image = require_docker()
+    project = tmp_path / "project"
+    (project / "d").mkdir(parents=True)
+    (project / "d" / "f").write_text("inside\n")
+    owned_project(project)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("SECRET\n")
+    (outside / "canary-name").write_text("SECRET\n")
+    before = files_of(outside)
+
+    leaks: list[tuple[str, str]] = []
+    saw_link = saw_dir = 0
+    with Sandbox.start(project, image) as box:
+        tools = Toolbox(project, box, {})
+        client = docker.from_env()
+        try:
+            container = client.containers.get(box.container_id)
+            container.exec_run(["sh", "-c", _FLIP.format(outside=outside)], detach=True)
+            for n in range(RACE_ROUNDS):
+                for name, arguments in (
+                    ("read_file", {"path": "d/f"}),
+                    ("list_files", {"path": "d"}),
+                    ("write_file", {"path": "d/f", "content": f"round {n}\n"}),
+                    ("write_file", {"path": f"d/new-{n}", "content": "x"}),
+                    ("edit_file", {"path": "d/f", "old": "round", "new": "edited"}),
+                ):
+                    out = tools.run(name, arguments)
+                    if "SECRET" in out.content or "canary" in out.content:
+                        leaks.append((name, out.content))
+                if (project / "d").is_symlink():
+                    saw_link += 1
+                elif (project / "d").is_dir():
+                    saw_dir += 1
+        finally:
+            client.close()
+
+    assert leaks == []
+    assert files_of(outside) == before, "a file outside the project was written"
+    # The race really ran: d was seen both ways, many times.
+    assert saw_link > RACE_ROUNDS // 20 and saw_dir > RACE_ROUNDS // 20, (saw_link, saw_dir)
