@@ -709,3 +709,29 @@ def test_another_tools_file_fails_and_a_file_with_no_conversation_is_skipped(
         other = import_sessions(s, "claude-code", [FIXTURES / "codex" / CODEX])[0]
         assert other.status == "failed"
         assert s.sessions() == []
+
+
+def test_a_message_the_store_refuses_is_kept_as_a_stub(tmp_path: Path) -> None:
+    """A record that parses but nests too deeply for the store to encode: the
+    message is stored as a stub that says why, and the row reports it."""
+    stubs = []
+    for depth in range(900, 1000, 4):  # where parsing still works and encoding stops
+        path = tmp_path / "src" / f"{depth}" / "77777777-7777-4777-8777-777777777777.jsonl"
+        path.parent.mkdir(parents=True)
+        deep = "[" * depth + "]" * depth
+        path.write_text(
+            '{"type":"user","uuid":"u1","parentUuid":null,"timestamp":"2025-01-01T00:00:00Z",'
+            f'"message":{{"role":"user","content":"{"word " * 2000}"}},"deep":{deep}}}\n'
+        )
+        with Store.open(tmp_path / f"store{depth}") as s:
+            row = import_sessions(s, "claude-code", [path])[0]
+            if any("kept a stub" in p for p in row.problems):
+                assert row.status == "created" and row.messages == 1
+                stubs.append(s.context(row.session)[0])
+    assert stubs, "no depth made the store refuse the message"
+    stub = stubs[0]
+    assert stub["role"] == "user" and stub["source"]["omitted"] == "nested too deeply"
+    assert stub["content"].startswith("word word") and stub["content"].endswith(
+        "[cut: the message was too large to store]"
+    )
+    assert stub["source"]["through"] == 1
