@@ -23,6 +23,7 @@ from typing import Any, Final
 from .records import (
     ags_time,
     clean,
+    finite_float,
     iter_lines,
     parse_line,
     record_key,
@@ -91,7 +92,7 @@ class GeminiSource:
             text = data.decode("utf-8", errors="replace")
             self.problems.append(f"not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD")
         try:
-            return clean(json.loads(text))
+            return clean(json.loads(text, parse_float=finite_float))
         except (ValueError, RecursionError) as e:
             raise SourceError(f"{path} is not a complete JSON document ({e})") from None
 

@@ -112,7 +112,7 @@ def parse_line(line: Line) -> Record:
         text = data.decode("utf-8", errors="replace")
         problem = f"line {line.number}: not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD"
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=finite_float)
     except RecursionError:
         return Record(line, None, f"line {line.number}: nested too deeply to read, kept as text")
     except ValueError:
@@ -131,7 +131,7 @@ def torn_problem(line: Line) -> str:
     return f"line {line.number}: torn last line ({len(line.data)} bytes), left for the next import"
 
 
-def _finite_float(text: str) -> float | str:
+def finite_float(text: str) -> float | str:
     """A JSON number as a float, or as its text when no double holds it (1e400):
     the store refuses infinities, and the number is kept as written."""
     value = float(text)
