@@ -7,6 +7,7 @@ rows and a note saying what exactly was measured.
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import subprocess
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agent.importers import import_sessions
 from objstore import SessionInfo, Store
 from objstore.search import SearchIndex
 
+from .claude_code_files import write_projects
 from .conversations import Conversation, Message, Project, summary_text
 from .jsonl_store import JsonlStore
 from .measure import disk_bytes, paired_medians, timed
@@ -42,6 +45,8 @@ class Sizes:
     listing_runs: int = 5
     searched_sessions: int = 1000
     search_runs: int = 7
+    imported_files: int = 1000
+    imported_messages: int = 100_000
 
 
 DEFAULT_SIZES = Sizes()
@@ -59,6 +64,8 @@ QUICK_SIZES = Sizes(
     listing_runs=2,
     searched_sessions=30,
     search_runs=2,
+    imported_files=30,
+    imported_messages=1500,
 )
 
 
@@ -411,6 +418,56 @@ def _check_same(what: str, ags: object, jsonl: object) -> None:
         raise BenchmarkError(f"ags and JSONL disagree on the {what}")
 
 
+# -- 7. importing Claude Code transcripts ----------------------------------------------
+
+
+def import_claude_code(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """``ags import --from claude-code`` over generated transcripts: the time, the time
+    of a second run (nothing changed), and the store's size against the files'."""
+    source = base / "projects"
+    written = write_projects(source, project, files=sizes.imported_files,
+                             messages=sizes.imported_messages)  # fmt: skip
+    ags_path = base / "ags"
+
+    def parse_all() -> int:
+        """The floor any importer pays: read every file and parse every line."""
+        lines = 0
+        for path in source.rglob("*.jsonl"):
+            with path.open("rb") as f:
+                for line in f:
+                    json.loads(line)
+                    lines += 1
+        return lines
+
+    with Store.open(ags_path) as store:
+        ags_s, rows = timed(lambda: import_sessions(store, "claude-code", [source]))
+    if any(r.status != "created" for r in rows):
+        raise BenchmarkError("not every generated file was imported")
+    with Store.open(ags_path) as store:
+        again_s, again = timed(lambda: import_sessions(store, "claude-code", [source]))
+    if any(r.status != "unchanged" for r in again):
+        raise BenchmarkError("a second import changed something")
+    parse_s, _ = timed(parse_all)
+    forks = sum(1 for r in rows if r.forked_from)
+    store_bytes, source_bytes = disk_bytes(ags_path), disk_bytes(source)
+    n, m = written.files, written.messages
+    rows_out = [
+        Row("import_time", f"import {n:,} Claude Code files ({m:,} msgs)", "s", ags_s,
+            parse_s, "report only", None),
+        Row("reimport_time", f"import again, {n:,} files unchanged", "s", again_s, parse_s,
+            "ags <= JSONL/10", again_s <= parse_s / 10),
+        Row("import_bytes", f"{n:,} imported sessions, disk", "B", store_bytes, source_bytes,
+            "ags <= JSONL", store_bytes <= source_bytes),
+    ]  # fmt: skip
+    note = (
+        f"import: {n:,} generated Claude Code 2.x files ({m:,} messages counting the "
+        f"history that {forks} resumed files repeat) in 20 project folders; the JSONL "
+        "column is the time to read and json-parse every line (the floor for any "
+        "importer) and the files' size; a second import finds every file unchanged"
+    )
+    return Outcome(rows_out, note)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     durable_appends,
     resume_compacted,
@@ -418,4 +475,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     fork_tree,
     list_sessions,
     search_sessions,
+    import_claude_code,
 )

@@ -1,14 +1,17 @@
-"""Commands that move or look after the store as a whole: export, import, gc,
-fsck, du."""
+"""Commands that move or look after the store as a whole: export (JSON, Markdown,
+HTML), import (export documents, other agents' session files), gc, fsck, du."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
+from agent.importers import TOOL_NAMES, import_sessions
+from agent.transcript import render, transcript_entries
+from objstore.errors import AgsError
 from objstore.exchange import encode_document, export_session, import_document, read_document
 from objstore.files import atomic_write
 from objstore.fsck import check_store
@@ -29,56 +32,148 @@ from .output import (
 
 @cli.command("export")
 @click.argument("spec")
+@click.option("--format", "fmt", type=click.Choice(["json", "md", "html"]), default="json",
+              show_default=True,
+              help="json: the export document; md: a Markdown transcript; "
+                   "html: one self-contained page.")  # fmt: skip
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write to FILE instead of stdout (all or nothing).")  # fmt: skip
 @click.pass_context
-def export_cmd(ctx: click.Context, spec: str, output: str | None) -> None:
-    """Write a session (or a node of it) as one self-contained JSON document.
+def export_cmd(ctx: click.Context, spec: str, fmt: str, output: str | None) -> None:
+    """Write a session (or a node of it) as one self-contained JSON document,
+    or as a transcript for people to read.
 
-    The document holds the metadata, the head and every object the head
-    reaches, decoded; its JSON Schema is docs/export.schema.json.
+    The JSON document holds the metadata, the head and every object the head
+    reaches, decoded; its JSON Schema is docs/export.schema.json. Markdown and
+    HTML show roles, tool calls and results, compactions and the fork point;
+    the HTML page needs no network and folds long tool output.
 
     \b
     Examples:
       ags export 3f2a -o session.json
       ags export 3f2a~10 | gzip > early.json.gz
+      ags export 3f2a --format html -o session.html
+      ags export 3f2a --format md | less
     """
-    doc = export_session(open_store(ctx), spec)
-    data = encode_document(doc, json_safe)
+    store = open_store(ctx)
+    if fmt == "json":
+        doc = export_session(store, spec)
+        data = encode_document(doc, json_safe)
+        count = f"{len(doc['objects'])} objects"
+    else:
+        transcript = transcript_entries(store, spec)
+        # For people: control and hidden characters shown as escapes, as on a terminal.
+        data = visible(render(transcript, fmt), multiline=True).encode("utf-8")
+        count = f"{len(transcript.entries)} entries"
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
     path = Path(output).absolute()
     atomic_write(path.parent, path, data)
-    click.echo(f"exported {len(doc['objects'])} objects to {output}", err=True)
+    click.echo(f"exported {count} to {output}", err=True)
 
 
 @cli.command("import")
-@click.argument("file", type=click.File("rb"))
+@click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
+@click.option("--from", "tool", type=click.Choice(TOOL_NAMES),
+              help="Import another agent's session files (PATHs: files or folders; "
+                   "default: the tool's own folder).")  # fmt: skip
 @click.option("--new-session", is_flag=True,
               help="Import as a new session even if the file's session exists.")  # fmt: skip
+@click.option(
+    "--dry-run", is_flag=True, help="With --from: say what would be imported; write nothing."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def import_cmd(ctx: click.Context, file: IO[bytes], new_session: bool, as_json: bool) -> None:
-    """Read an export document (a file, or - for stdin) into the store.
+def import_cmd(
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    tool: str | None,
+    new_session: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Read an export document (a file, or - for stdin) into the store, or, with
+    --from, the session files of Claude Code, Codex CLI or Gemini CLI.
 
-    Everything is checked first: the schema, every id, every link. A bad
-    file changes nothing. Importing the same file again changes nothing;
+    An export document is checked first: the schema, every id, every link; a
+    bad file changes nothing. Importing the same file again changes nothing;
     a later export of the same session moves it forward.
+
+    With --from, each source session becomes an ags session (title, project,
+    times, model). Running it again imports only what was added: a grown file
+    moves its session forward, a file whose past changed becomes a fork, an
+    unchanged one is not read. Exit status 1 if any file failed as a whole.
 
     \b
     Examples:
       ags import session.json
       ssh box ags export 3f2a | ags import -
+      ags import --from claude-code                 # all of ~/.claude/projects
+      ags import --from codex ~/.codex/sessions/2025/06 --json
+      ags import --from gemini --dry-run
     """
-    doc = read_document(file, str(getattr(file, "name", "<stdin>")))
+    if tool is not None:
+        if new_session:
+            raise click.UsageError("--new-session is for export documents, not --from")
+        _import_from(ctx, tool, paths, dry_run=dry_run, as_json=as_json)
+        return
+    if dry_run:
+        raise click.UsageError("--dry-run needs --from")
+    if len(paths) != 1:
+        raise click.UsageError("give one export document (or -), or --from TOOL")
+    try:
+        with click.open_file(paths[0], "rb") as file:
+            doc = read_document(file, "<stdin>" if paths[0] == "-" else paths[0])
+    except OSError as e:
+        raise AgsError(f"cannot read {paths[0]}: {e.strerror or e}") from None
     result = import_document(open_store(ctx), doc, new_session=new_session)
     if as_json:
         emit_json(result)
         return
     click.echo(f"{result.action}: session {result.session} at {short(result.head)} "
                f"({result.objects} objects)")  # fmt: skip
+
+
+def _import_from(
+    ctx: click.Context, tool: str, paths: tuple[str, ...], *, dry_run: bool, as_json: bool
+) -> None:
+    store = open_store(ctx)
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if as_json or not sys.stderr.isatty():
+            return
+        if bar is None:
+            bar = click.progressbar(length=total, label=f"importing {tool}", file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        rows = import_sessions(
+            store, tool, [Path(p).expanduser() for p in paths], dry_run=dry_run, progress=progress
+        )
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        emit_json(rows)
+    else:
+        lines = []
+        for row in rows:
+            what = f"{row.status:<9} {short(row.session)} {row.messages:>6} msgs  {row.source}"
+            lines.append(what)
+            lines += [f"          ! {p}" for p in row.problems]
+        counts = {s: sum(1 for r in rows if r.status == s)
+                  for s in ("created", "updated", "unchanged", "failed")}  # fmt: skip
+        would = " (dry run: nothing written)" if dry_run else ""
+        lines.append(f"{len(rows)} files: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+                     + would)  # fmt: skip
+        emit_lines(lines, page=False)
+    if any(row.status == "failed" for row in rows):
+        ctx.exit(1)
 
 
 def _duration_or_never(value: str) -> float | None:

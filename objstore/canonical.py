@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any
 
-from .errors import InvalidInput
+from .errors import InvalidInput, LimitExceeded
 from .limits import MAX_DEPTH, parse_json
 
 _encoder = json.JSONEncoder(
@@ -35,7 +35,9 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
         if kind is str:
             continue
         if (kind is dict or kind is list) and depth == max_depth:
-            raise InvalidInput(f"{path}: nested deeper than {max_depth} levels, the limit")
+            raise LimitExceeded(
+                f"{path}: nested deeper than {max_depth} levels, the limit", "nested too deeply"
+            )
         if kind is dict:
             for key, sub in item.items():
                 if type(key) is not str:

@@ -17,6 +17,15 @@ class InvalidInput(AgsError):
     """A value given to the store is not acceptable (bad message, bad name)."""
 
 
+class LimitExceeded(InvalidInput):
+    """A value is over one of the format's limits (limits.py); ``limit`` says which in a
+    few words ("nested too deeply", "too large"), the message says where and by how much."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class InvalidName(InvalidInput):
     """A ref name, session id or object id that is malformed or tries to leave the store."""
 

@@ -25,7 +25,7 @@ from typing import Final
 import blake3
 import zstandard
 
-from .errors import CorruptObject, InvalidInput, InvalidName
+from .errors import CorruptObject, InvalidName, LimitExceeded
 from .limits import MAX_OBJECT_BYTES
 
 KINDS: Final = frozenset({"blob", "node"})
@@ -57,9 +57,10 @@ def stored_form(kind: str, body: bytes) -> bytes:
     """The bytes a loose file or pack record holds for an object (InvalidInput for a
     body over the size limit: no such object is ever written)."""
     if len(body) > MAX_OBJECT_BYTES:
-        raise InvalidInput(
+        raise LimitExceeded(
             f"a {kind} of {len(body):,} bytes is over the limit of one object "
-            f"({MAX_OBJECT_BYTES:,} bytes)"
+            f"({MAX_OBJECT_BYTES:,} bytes)",
+            "too large",
         )
     return _FORMAT_ZSTD_BYTE + _compressor.compress(kind.encode("ascii") + b"\0" + body)
 

@@ -16,6 +16,7 @@ the session's writer lock, and the handle keeps it until ``release`` or
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from . import canonical
 from .errors import (
     CorruptObject,
     InvalidInput,
+    LimitExceeded,
     RefConflict,
     SessionArchived,
     StoreFormatError,
@@ -55,6 +57,7 @@ CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
 # The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.
+TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 META_FIELDS: Final = (
     "title", "created", "updated", "archived_at", "root", "forked_from", "model", "messages",
 )  # fmt: skip
@@ -74,6 +77,8 @@ class SessionInfo:
     forked_from: dict[str, Any] | None
     model: str | None
     head: str | None
+    # Where an importer took the session from (FORMAT.md 6.1 ``imported``), or None.
+    imported: dict[str, Any] | None = None
 
     @property
     def archived(self) -> bool:
@@ -118,6 +123,7 @@ def _session_info(rec: RefRecord) -> SessionInfo:
         forked_from=meta.get("forked_from"),
         model=meta.get("model"),
         head=rec.target,
+        imported=meta.get("imported"),
     )
 
 
@@ -137,8 +143,9 @@ def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
     canonical.check_json(value, where, max_depth)
     body = canonical.dumps(value, where)
     if len(body) > MAX_OBJECT_BYTES:
-        raise InvalidInput(
-            f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})"
+        raise LimitExceeded(
+            f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})",
+            "too large",
         )
     return body
 
@@ -550,6 +557,29 @@ class Store:
 
         self.refs.transact(session_ref(sid), reason, change)
 
+    def set_meta(self, session: str, reason: str = "meta", **changes: Any) -> None:
+        """Change descriptive metadata of a session (one ref update, no history).
+
+        Only ``title``, ``created``, ``root``, ``model`` and ``imported`` (what an
+        importer remembers of its source, FORMAT.md 6.1) may be given; the head,
+        the counts and ``updated`` move only with the history.
+        """
+        unknown = set(changes) - _SETTABLE_META
+        if unknown:
+            raise InvalidInput(f"session metadata {sorted(unknown)} cannot be set")
+        if "title" in changes:
+            _check_title(changes["title"])
+        if "created" in changes and not _is_time(changes["created"]):
+            raise InvalidInput("created must be a time like 2026-01-31T12:00:00.000Z")
+        if changes.get("root") is not None:
+            changes["root"] = project_root(changes["root"])
+        for key in ("model", "imported"):
+            if key in changes:
+                _json_body(changes[key], key)
+        if changes.get("imported") is not None and type(changes["imported"]) is not dict:
+            raise InvalidInput("imported must be a JSON object or null")
+        self._update_meta(session, reason, **changes)
+
     def set_title(self, session: str, title: str | None) -> None:
         _check_title(title)
         self._update_meta(session, "title", title=title)
@@ -756,6 +786,13 @@ class Store:
             self._batch_depth = 0
             for sid in set(self._tips) - set(self._writers):
                 del self._tips[sid]  # remembered only under a writer lock
+
+
+_SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, str) and TIME_RE.fullmatch(value) is not None
 
 
 def _check_title(title: str | None) -> None:

@@ -20,6 +20,9 @@ ROWS = {
     "listing",
     "search_cold",
     "search",
+    "import_time",
+    "reimport_time",
+    "import_bytes",
 }
 
 

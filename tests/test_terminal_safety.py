@@ -136,6 +136,8 @@ COMMANDS = [
     ["delete", "{a}"],  # refused without --yes: the message quotes the title
     ["fsck"],
     ["export", "{a}"],
+    ["export", "{a}", "--format", "md"],
+    ["export", "{a}", "--format", "html"],
 ]
 
 

@@ -1,0 +1,109 @@
+"""Transcripts for people: ``ags export --format md|html`` (agent/transcript.py)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from objstore import Store
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)> ``` </details> & &amp;'
+
+
+def build(path: Path) -> tuple[str, str]:
+    with Store.open(path) as s:
+        sid = s.new_session(title=f"hostile {HOSTILE}", root="/src/app", model="m1")
+        s.append(sid, {"role": "user", "content": f"please {HOSTILE}"})
+        s.append(sid, {"role": "assistant", "content": "", "thinking": HOSTILE,
+                       "tool_calls": [{"id": "c1", "name": "shell",
+                                       "arguments": {"command": HOSTILE}}]})  # fmt: skip
+        long_output = "\n".join(f"line {i} {HOSTILE}" for i in range(40))
+        s.append(sid, {"role": "tool", "tool_call_id": "c1", "name": "shell",
+                       "content": long_output})  # fmt: skip
+        s.append(sid, {"role": "tool", "tool_call_id": "c2", "name": "shell", "content": "ok"})
+        s.compact(sid, f"summary {HOSTILE}", keep=0)
+        s.append(sid, {"role": "assistant", "content": "after the compaction"})
+        fork = s.fork(sid, title="the fork")
+        s.append(fork, {"role": "user", "content": "a new direction"})
+    return sid, fork
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def export(store: Path, spec: str, fmt: str) -> str:
+    result = CliRunner().invoke(cli, ["--store", str(store), "export", spec, "--format", fmt])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_html_is_self_contained_and_hostile_text_is_inert(tmp_path: Path) -> None:
+    sid, fork = build(tmp_path / "s")
+    page = export(tmp_path / "s", fork, "html")
+    parsed = _Collect()
+    parsed.feed(page)
+    assert "script" not in parsed.tags and "img" not in parsed.tags
+    # Only the page's own markup: no attribute that loads or runs anything.
+    names = {name for name, _ in parsed.attrs}
+    assert names <= {"lang", "charset", "name", "content", "http-equiv", "class", "id", "open"}
+    assert not re.search(r"https?://", page)
+    assert "default-src 'none'" in page
+    text = "".join(parsed.text)
+    assert HOSTILE in text  # shown as text, whole
+    assert 'name="viewport"' in page and "max-width" in page
+
+
+def test_html_folds_long_tool_output_and_marks_compaction_and_fork(tmp_path: Path) -> None:
+    sid, fork = build(tmp_path / "s")
+    page = export(tmp_path / "s", fork, "html")
+    assert re.search(r"<details><summary>output of c1: 40 lines", page)
+    assert "<pre>ok</pre>" in page  # short output stays open
+    assert "Compaction" in page and "summary &lt;script&gt;" in page
+    assert page.index("Compaction") < page.index('id="fork"') < page.index("a new direction")
+    own = export(tmp_path / "s", sid, "html")
+    assert 'id="fork"' not in own
+
+
+def test_markdown_transcript(tmp_path: Path) -> None:
+    sid, fork = build(tmp_path / "s")
+    md = export(tmp_path / "s", fork, "md")
+    assert md.startswith("# the fork\n")
+    assert "### user" in md and "### tool result: shell `c1`" in md
+    assert "**tool call** `shell` `c1`" in md
+    assert "## Compaction" in md
+    assert "**Fork point**" in md
+    # Message text sits in fences longer than any backtick run inside it.
+    block = md[md.index("please") - 40 : md.index("please")]
+    assert "````text" in block
+    assert (
+        md.index("after the compaction") < md.index("**Fork point**") < md.index("a new direction")
+    )
+
+
+def test_export_to_file_and_json_stays_the_default(tmp_path: Path) -> None:
+    sid, _ = build(tmp_path / "s")
+    out = tmp_path / "t.html"
+    result = CliRunner().invoke(
+        cli, ["--store", str(tmp_path / "s"), "export", sid, "--format", "html", "-o", str(out)]
+    )
+    assert result.exit_code == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert export(tmp_path / "s", sid, "json").lstrip().startswith("{")
+    plain = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "export", sid])
+    assert '"format": "ags-export"' in plain.output
