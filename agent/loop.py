@@ -20,6 +20,7 @@ Approvals live in this object only: never stored, never restored.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import threading
@@ -32,6 +33,7 @@ from typing import Any, Final
 from objstore import AgsError, SessionArchived, Store
 
 from .errors import ContextTooLong, ModelError
+from .messages import context_call_ids, unanswered_calls, with_unique_call_ids
 from .models import ModelClient, ModelReply
 from .tools import TOOLS, Toolbox, tool_schemas
 
@@ -185,18 +187,15 @@ class Agent:
     # -- recovery --------------------------------------------------------------
 
     def recover(self) -> int:
-        """Give every tool call in the context that has no result an explicit
-        'outcome unknown' result; return how many. Nothing is run again."""
-        answered: set[str] = set()
-        pending: list[dict[str, Any]] = []
-        for message in self.store.context(self.sid):
-            if not isinstance(message, dict):
-                continue
-            if message.get("role") == "tool":
-                answered.add(str(message.get("tool_call_id")))
-            for call in message.get("tool_calls") or []:
-                pending.append(call)
-        missing = [c for c in pending if str(c.get("id")) not in answered]
+        """Give the tool calls that the context ends with and that have no result
+        an explicit 'outcome unknown' result; return how many. Nothing is run again.
+
+        Only the last batch can be open: the loop answers every call before the
+        next model call. An open call further back (a session written before
+        results were matched by position) cannot be answered by an append; the
+        prompt answers it instead (``_prompt``)."""
+        context = self.store.context(self.sid)
+        missing = [call for last, call in unanswered_calls(context) if last == len(context) - 1]
         for i, call in enumerate(missing):
             last = i == len(missing) - 1
             self._append(
@@ -274,6 +273,11 @@ class Agent:
                     meta={"interrupted": True, "model": self.client.model},
                 )
             raise
+        # The ids a server gives can repeat (a restarted counter) or be missing;
+        # the ones stored and sent back are unique in the context.
+        answer = dataclasses.replace(
+            answer, message=with_unique_call_ids(answer.message, context_call_ids(messages))
+        )
         self._add_usage(answer)
         self._append(answer.message, state=True, meta=_reply_meta(answer))
         return answer
@@ -323,7 +327,7 @@ class Agent:
 
     def _prompt(self) -> list[dict[str, Any]]:
         system = {"role": "system", "content": self.system_prompt}
-        return [system, *self.store.context(self.sid)]
+        return [system, *_answered(self.store.context(self.sid))]
 
     def context_tokens(self) -> int:
         return self._tokens(self._prompt())
@@ -402,9 +406,11 @@ class Agent:
 
     def _add_usage(self, answer: ModelReply) -> None:
         usage = self.state.setdefault("usage", {"prompt_tokens": 0, "completion_tokens": 0})
-        usage["prompt_tokens"] = int(usage.get("prompt_tokens", 0)) + answer.usage.prompt_tokens
-        usage["completion_tokens"] = (
-            int(usage.get("completion_tokens", 0)) + answer.usage.completion_tokens
+        usage["prompt_tokens"] = int(usage.get("prompt_tokens", 0)) + (
+            answer.usage.prompt_tokens or 0
+        )
+        usage["completion_tokens"] = int(usage.get("completion_tokens", 0)) + (
+            answer.usage.completion_tokens or 0
         )
 
     def _append(
@@ -420,6 +426,24 @@ class Agent:
         self.state.clear()
         self.state.update({**default_state(), **self.store.state(self.sid)})
         return node
+
+
+def _answered(context: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The context with an 'outcome unknown' result after every call that has none.
+
+    OpenAI-compatible servers refuse a call without its result. ``recover``
+    stores those results for the batch the context ends with; an open call
+    further back (stored before results were matched by position) is answered
+    here, in the request only.
+    """
+    missing = unanswered_calls(context)
+    if not missing:
+        return context
+    answered: list[dict[str, Any]] = []
+    for i, message in enumerate(context):
+        answered.append(message)
+        answered += [_tool_message(call, UNKNOWN_OUTCOME) for last, call in missing if last == i]
+    return answered
 
 
 def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:

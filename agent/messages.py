@@ -1,16 +1,29 @@
 """The provider-neutral chat format every model client speaks, and the reply it returns.
 
 The agent loop speaks one message format, the one the session store keeps
-(plain JSON, nothing provider-specific)::
+(plain JSON, nothing provider-specific; docs/FORMAT.md section 4.1.1 has the
+whole shape)::
 
     {"role": "system" | "user" | "assistant" | "tool", "content": str}
 
 An assistant message may add ``"thinking": str`` and
 ``"tool_calls": [{"id": str, "name": str, "arguments": {...}}]``. A call whose
 arguments were not valid JSON keeps ``"arguments": {}`` plus
-``"arguments_raw": <the string as sent>``; a call the server gave no id gets a
-``call_<12 hex>`` id and ``"id_synthesized": true``. A tool result is
-``{"role": "tool", "tool_call_id": str, "name": str, "content": str}``.
+``"arguments_raw": <the string as sent>``.
+
+Tool-call ids: the ``id`` ags stores, and sends back to servers, is unique
+among the calls of the session's active context (everything a server is ever
+sent), whatever the server sent. The server's own id is kept when it is
+usable; a call the server gave no id, or an empty one, gets a ``call_<12 hex>``
+id and ``"id_synthesized": true``; a call whose id repeats one already in the
+context (a server whose counter restarted, a server that numbers calls per
+reply) gets a fresh one, and the server's id is kept as ``"server_id"``.
+
+A tool result is ``{"role": "tool", "tool_call_id": str, "name": str,
+"content": str}``. It answers a call of the assistant message it follows:
+the results of one batch come right after the assistant message that made
+the calls, and ``unanswered_calls`` matches them within that group only, by
+id and else by position, never across the context.
 
 Each client turns that into its wire format and turns the reply back with the
 builders here, so both providers produce exactly the same shapes.
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +42,22 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens the server reports for one reply; 0 where it did not say."""
+    """Tokens the server reports for one reply; None where it did not say.
 
-    prompt_tokens: int
-    completion_tokens: int
+    A server that sends no counts (llama-cpp-python in a stream, an Ollama
+    reply served from its prompt cache) is not the same as one that counts
+    zero, and the two are kept apart all the way to ``ags info``.
+    """
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    @property
+    def reported(self) -> bool:
+        return self.prompt_tokens is not None and self.completion_tokens is not None
+
+
+UNREPORTED = Usage(None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +70,7 @@ class ModelReply:
     model: str
     request_id: str | None
     duration: float
+    streamed: bool = True
 
 
 def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
@@ -72,9 +99,91 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     if isinstance(call_id, str) and call_id:
         call["id"] = call_id
     else:
-        call["id"] = "call_" + secrets.token_hex(6)
+        call["id"] = new_call_id()
         call["id_synthesized"] = True
     return call
+
+
+def new_call_id() -> str:
+    """A tool-call id of ags's own: ``call_`` and 48 random bits in hex."""
+    return "call_" + secrets.token_hex(6)
+
+
+def context_call_ids(messages: Iterable[Any]) -> set[str]:
+    """Every tool-call id the messages use, in calls and in results."""
+    taken: set[str] = set()
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool" and isinstance(message.get("tool_call_id"), str):
+            taken.add(message["tool_call_id"])
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                taken.add(call["id"])
+    return taken
+
+
+def with_unique_call_ids(message: Message, taken: set[str]) -> Message:
+    """``message`` with every call id unique against ``taken`` (and each other).
+
+    A call whose id is already taken gets a fresh one, and the server's id is
+    kept as ``server_id``; ``taken`` grows by the ids given out.
+    """
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    unique: list[dict[str, Any]] = []
+    for call in calls:
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id or call_id in taken:
+            fresh = new_call_id()
+            while fresh in taken:
+                fresh = new_call_id()
+            call = {**call, "id": fresh}
+            if isinstance(call_id, str) and call_id and not call.get("id_synthesized"):
+                call["server_id"] = call_id
+            else:
+                call["id_synthesized"] = True
+        taken.add(call["id"])
+        unique.append(call)
+    return {**message, "tool_calls": unique}
+
+
+def unanswered_calls(messages: Sequence[Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The tool calls no result answers, each with the index of the last message
+    of its group (the assistant message that made it, or the last result after it).
+
+    A result answers a call of the assistant message it follows, never one
+    elsewhere in the context: ids can repeat between turns (servers restart
+    their counters), so matching across the context would take one turn's
+    result for another turn's call. Within the group a result takes the first
+    open call with its id, else the first open call.
+    """
+    missing: list[tuple[int, dict[str, Any]]] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not calls or message.get("role") != "assistant":
+            i += 1
+            continue
+        open_calls = [c for c in calls if isinstance(c, dict)]
+        last = i
+        while last + 1 < len(messages) and _is_result(messages[last + 1]):
+            last += 1
+            result_id = messages[last].get("tool_call_id")
+            match = next((c for c in open_calls if c.get("id") == result_id), None)
+            if match is None and open_calls:
+                match = open_calls[0]
+            if match is not None:
+                open_calls.remove(match)
+        missing += [(last, c) for c in open_calls]
+        i = last + 1
+    return missing
+
+
+def _is_result(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "tool"
 
 
 def assistant_message(content: str, thinking: str, tool_calls: list[dict[str, Any]]) -> Message:
@@ -103,3 +212,8 @@ def normalised_done_reason(reason: Any, has_tool_calls: bool) -> str | None:
 def token_count(value: Any) -> int:
     """A count the server reported (tokens, a context window); 0 unless a positive int."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def reported_count(value: Any) -> int | None:
+    """A usage count as the server reported it: an int >= 0, or None if it sent none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

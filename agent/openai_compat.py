@@ -115,7 +115,7 @@ class ToolCallAssembler:
         call = self._calls[slot]
         if call_id and not call["id"]:
             call["id"] = call_id
-            self._by_id[call_id] = slot
+            self._by_id.setdefault(call_id, slot)
         if isinstance(name, str) and name and not call["name"]:
             call["name"] = name
         arguments = function.get("arguments")
@@ -125,13 +125,17 @@ class ToolCallAssembler:
             call["arguments"].append(json.dumps(arguments))
 
     def _slot(self, index: int | None, call_id: str | None, name: Any) -> int:
-        if call_id and call_id in self._by_id:
+        if index is not None:
+            # The index decides; a new id at an index in use is a new call
+            # (ollama#15457), and a known id at a new index is one too (a server
+            # that repeats ids within a reply).
+            if index in self._by_index:
+                known = self._calls[self._by_index[index]]
+                if not (call_id and known["id"] and known["id"] != call_id):
+                    return self._by_index[index]
+        elif call_id and call_id in self._by_id:
             return self._by_id[call_id]
-        if index is not None and index in self._by_index:
-            known = self._calls[self._by_index[index]]
-            if not (call_id and known["id"] and known["id"] != call_id):
-                return self._by_index[index]
-        elif index is None and self._calls and not call_id and not name:
+        elif self._calls and not call_id and not name:
             return len(self._calls) - 1
         self._calls.append({"id": "", "name": "", "arguments": []})
         slot = len(self._calls) - 1

@@ -14,7 +14,8 @@ in process and in a ``--script`` file:
 ``text``            content, streamed in ``chunks`` pieces (default 3)
 ``thinking``        reasoning text, streamed before the content
 ``tool_calls``      ``[{"name", "arguments": {...}, "id"?, "arguments_raw"?}]``;
-                    ids are generated unless given or ``omit_ids`` is true;
+                    ids are generated unless given, ``omit_ids`` is true (no
+                    id at all) or ``empty_ids`` is true (``"id": ""``);
                     ``arguments_raw`` is sent verbatim (also on /api/chat,
                     which real Ollama never does)
 ``index_quirk``     OpenAI wire only: ``"same"`` gives every call index 0
@@ -43,6 +44,10 @@ the characters of all message contents // 4; completion tokens are the
 characters of the reply's text, thinking and tool-call arguments // 4, at
 least 1.
 
+``call_ids="counter"`` makes tool-call ids ``call_<reply>_<call>``, counted
+from ``call_0_0`` by each server instance, as a server's counter restarts with
+it; the default is each flavor's own (unique) form.
+
 ``flavor`` picks which OpenAI-compatible server is imitated: ``vllm`` (tool
 arguments in fragments, usage in a final ``choices: []`` chunk,
 ``max_model_len``), ``llamacpp`` (fragments, usage and ``timings`` on the
@@ -53,7 +58,7 @@ Run as a process: ``python tests/model_server.py --script FILE.json [--port 0]
 [--record FILE.jsonl]`` prints ``PORT <n>`` once listening. The script is a
 list of replies, or an object with ``replies`` plus any ``FakeModelServer``
 option (``models``, ``flavor``, ``context_length``, ``runtime_context``,
-``modelfile_num_ctx``, ``api_key``, ``reject_over_context``). ``--record``
+``modelfile_num_ctx``, ``api_key``, ``reject_over_context``, ``call_ids``). ``--record``
 appends every request received as one JSON line.
 """
 
@@ -148,6 +153,7 @@ class FakeModelServer:
         modelfile_num_ctx: int | None = None,
         api_key: str | None = None,
         reject_over_context: bool = False,
+        call_ids: str = "flavor",
         port: int = 0,
         record_path: Path | None = None,
     ) -> None:
@@ -158,12 +164,14 @@ class FakeModelServer:
         self.modelfile_num_ctx = modelfile_num_ctx
         self.api_key = api_key
         self.reject_over_context = reject_over_context
+        self.call_ids = call_ids
         self.record_path = record_path
         self.requests: list[RecordedRequest] = []
         self.loaded: set[str] = set()
         self._replies: deque[dict[str, Any]] = deque(replies)
         self._lock = threading.Lock()
         self._calls = 0
+        self._replies_with_calls = 0
         self._httpd = _HTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -238,6 +246,13 @@ class FakeModelServer:
         if style == "llamacpp":
             return f"{n:032d}"
         return f"call_{n:08x}"  # Ollama: call_ plus 8 lowercase letters or digits
+
+    def _next_counter(self) -> int:
+        """The number of replies with tool calls served before this one."""
+        with self._lock:
+            n = self._replies_with_calls
+            self._replies_with_calls += 1
+        return n
 
     def _knows(self, model: Any) -> bool:
         return isinstance(model, str) and _tagged(model) in {_tagged(m) for m in self.models}
@@ -474,11 +489,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _calls(self, reply: dict[str, Any], style: str) -> list[dict[str, Any]]:
         """The reply's tool calls with ids filled in as this server would."""
+        scripted = reply.get("tool_calls", [])
+        counter = self.fake._next_counter() if scripted and self.fake.call_ids == "counter" else 0
         calls = []
-        for call in reply.get("tool_calls", []):
-            call_id = call.get("id") or (
-                None if reply.get("omit_ids") else self.fake._next_call_id(style)
-            )
+        for i, call in enumerate(scripted):
+            call_id: str | None
+            if "id" in call:
+                call_id = call["id"]
+            elif reply.get("omit_ids"):
+                call_id = None
+            elif reply.get("empty_ids"):
+                call_id = ""
+            elif self.fake.call_ids == "counter":
+                call_id = f"call_{counter}_{i}"
+            else:
+                call_id = self.fake._next_call_id(style)
             calls.append({**call, "id": call_id})
         return calls
 
@@ -544,7 +569,7 @@ class _Handler(BaseHTTPRequestHandler):
         wire: dict[str, Any] = {
             "function": {"index": index, "name": call["name"], "arguments": arguments}
         }
-        if call.get("id"):
+        if call.get("id") is not None:
             wire = {"id": call["id"], **wire}
         return wire
 
@@ -723,7 +748,7 @@ class _Handler(BaseHTTPRequestHandler):
             "type": "function",
             "function": {"name": call["name"], "arguments": self._arguments_text(call)},
         }
-        if call.get("id"):
+        if call.get("id") is not None:
             whole["id"] = call["id"]
         return whole
 
@@ -740,7 +765,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "type": "function",
                 "function": {"name": call["name"], "arguments": ""},
             }
-            if call.get("id"):
+            if call.get("id") is not None:
                 head["id"] = call["id"]
             tail = [
                 {"index": index, "function": {"arguments": piece}}

@@ -21,7 +21,9 @@ from conftest import tree_snapshot
 from docker_fixture import require_docker
 from model_server import FakeModelServer
 
-from agent.loop import UNKNOWN_OUTCOME
+from agent.loop import UNKNOWN_OUTCOME, Agent
+from agent.models import make_client
+from agent.tools import Toolbox
 from objstore import Store
 from objstore.fsck import check_store
 
@@ -227,6 +229,176 @@ def test_kill_9_in_the_middle_of_a_tool_then_resume(tmp_path, server, image, pro
     assert sandboxes_of(project) == []  # the next start removed the orphan, then its own
     with Store.open(store_path) as s:
         assert check_store(s).ok
+
+
+def session_messages(store_path: Path) -> int:
+    """Messages of the newest session so far (0 while there is none)."""
+    try:
+        with Store.open(store_path) as s:
+            rows = s.sessions()
+            return rows[0].messages if rows else 0
+    except Exception:
+        return 0
+
+
+def test_a_crashed_tool_call_is_answered_even_when_the_server_reuses_its_ids(
+    tmp_path, image, project
+):
+    """Issue 8: a server whose id counter restarts (call_0_0 again) gave both
+    turns' calls one id, and recovery, matching results by id across the whole
+    context, thought the crashed call was answered."""
+    store_path = tmp_path / "store"
+
+    def restarted_server() -> FakeModelServer:
+        return FakeModelServer(call_ids="counter")
+
+    with restarted_server() as server:
+        env = env_for(tmp_path, server, image)
+        server.add(
+            {"tool_calls": [call("shell", command="echo proof > proof.txt")]},
+            {"text": "Written."},
+        )
+        first = ags(env, project, "run", "write the proof file", "--yes-tools", "--json")
+        assert first.returncode == 0, first.stderr
+        sid = json.loads(first.stdout)["session"]
+    assert (project / "proof.txt").read_text() == "proof\n"
+
+    with restarted_server() as server:
+        env = env_for(tmp_path, server, image)
+        long_job = call("shell", command="sleep 60; echo late > late.txt")
+        server.add({"text": "Starting.", "tool_calls": [long_job]})
+        proc = start_run(env, project, "--resume", sid, "start a long job", "--yes-tools")
+        try:
+            wait_for(lambda: session_messages(store_path) == 6)  # the long call is running
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            remove_containers(project)
+        if proc.stdout is not None:
+            proc.stdout.close()
+            proc.stderr.close()
+
+    with restarted_server() as server:
+        env = env_for(tmp_path, server, image)
+        server.add({"text": "The long job was cut short; I will check."})
+        third = ags(env, project, "run", "--resume", sid, "what happened?", "--json")
+        assert third.returncode == 0, third.stderr
+        sent = server.chat_bodies()[0]["messages"]
+
+    stored = messages(store_path, sid)
+    assert [m["role"] for m in stored] == [
+        "user", "assistant", "tool", "assistant",
+        "user", "assistant", "tool",  # the crashed call, answered on resume
+        "user", "assistant",
+    ]  # fmt: skip
+    crashed, unknown = stored[5], stored[6]
+    assert unknown["content"] == UNKNOWN_OUTCOME
+    assert unknown["tool_call_id"] == crashed["tool_calls"][0]["id"]
+    ids = [c["id"] for m in stored for c in m.get("tool_calls", [])]
+    assert len(set(ids)) == len(ids) == 2  # unique within the session ...
+    assert [c.get("server_id", c["id"]) for m in stored for c in m.get("tool_calls", [])] == [
+        "call_0_0", "call_0_0"
+    ]  # ... and what the server said is kept  # fmt: skip
+    # The model was told, in order: the call, its unknown outcome, then the question.
+    roles = [m["role"] for m in sent[1:]]
+    assert roles == [m["role"] for m in stored[:-1]]
+    asked, told = sent[6], sent[7]  # sent[0] is the system prompt
+    assert told["role"] == "tool" and told["tool_call_id"] == asked["tool_calls"][0]["id"]
+    assert not (project / "late.txt").exists()
+
+
+@pytest.fixture
+def agent_on(tmp_path, project):
+    """An Agent in this process on a new session, over ``server`` with ``provider``;
+    tools that need no sandbox only (list_files, read_file)."""
+    made: list[Agent] = []
+
+    def make(server: FakeModelServer, provider: str, store: Store) -> Agent:
+        client = make_client(provider, server.url, "gemma4")
+        sid = store.new_session(root=project)
+        agent = Agent(store, sid, client, Toolbox(project, None, {}))
+        made.append(agent)
+        return agent
+
+    yield make
+    for agent in made:
+        agent.close()
+        agent.client.close()
+
+
+def assert_results_follow_their_calls(history: list[dict[str, Any]]) -> None:
+    for i, message in enumerate(history):
+        if message["role"] == "tool":
+            j = i - 1
+            while history[j]["role"] == "tool":
+                j -= 1
+            assert message["tool_call_id"] in {c["id"] for c in history[j]["tool_calls"]}
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+@pytest.mark.parametrize(
+    "quirk",
+    [
+        {"omit_ids": True},  # old Ollama: no id at all
+        {"empty_ids": True},  # "id": ""
+        "repeat",  # the same ids in every turn, and twice in one reply
+    ],
+)
+def test_tool_call_ids_are_unique_whatever_the_server_sends(
+    tmp_path, project, agent_on, provider, quirk
+):
+    with FakeModelServer() as server, Store.open(tmp_path / "store") as store:
+        agent = agent_on(server, provider, store)
+        for turn in range(2):
+            calls = [call("list_files", path="."), call("read_file", path="README.md")]
+            if quirk == "repeat":
+                calls = [{**c, "id": "call_1"} for c in calls]
+                reply: dict[str, Any] = {"tool_calls": calls}
+            else:
+                reply = {"tool_calls": calls, **quirk}
+            server.add(reply, {"text": f"done {turn}"})
+            result = agent.turn(f"look {turn}")
+            assert result.stopped is None and result.tool_calls == 2
+        stored = [e.message for e in store.log(agent.sid)][::-1]
+        sent = server.chat_bodies()[-1]["messages"]
+    calls = [c for m in stored for c in m.get("tool_calls", [])]
+    ids = [c["id"] for c in calls]
+    assert len(ids) == 4 and all(ids) and len(set(ids)) == 4
+    if quirk == "repeat":
+        assert [c["server_id"] for c in calls[1:]] == ["call_1"] * 3
+        assert calls[0]["id"] == "call_1" and "server_id" not in calls[0]
+    else:
+        assert all(c["id_synthesized"] and "server_id" not in c for c in calls)
+    assert_results_follow_their_calls(stored)
+    # What went back to the server is what was stored: the same unique ids.
+    sent_calls = [c["id"] for m in sent for c in m.get("tool_calls", [])]
+    assert sent_calls == ids
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ids
+    assert [m["content"] for m in stored if m["role"] == "tool"][1].startswith("# demo")
+
+
+def test_an_open_call_inside_the_context_is_answered_in_the_request(tmp_path, project, agent_on):
+    """A session stored before results were matched by position can hold a call
+    with no result followed by more turns; a server must still get a result."""
+    with FakeModelServer(flavor="vllm") as server, Store.open(tmp_path / "store") as store:
+        agent = agent_on(server, "openai", store)
+        open_call = {"id": "call_0_0", "name": "shell", "arguments": {"command": "sleep 60"}}
+        for message in (
+            {"role": "user", "content": "start a long job"},
+            {"role": "assistant", "content": "", "tool_calls": [open_call]},
+            {"role": "user", "content": "what happened?"},
+            {"role": "assistant", "content": "no idea"},
+        ):
+            store.append(agent.sid, message)
+        assert agent.recover() == 0  # not the last batch: an append cannot answer it
+        server.add({"text": "ok"})
+        agent.turn("and now?")
+        sent = server.chat_bodies()[0]["messages"]
+    assert [m["role"] for m in sent] == [
+        "system", "user", "assistant", "tool", "user", "assistant", "user"
+    ]  # fmt: skip
+    assert sent[3]["tool_call_id"] == "call_0_0" and sent[3]["content"] == UNKNOWN_OUTCOME
 
 
 def test_ctrl_c_during_a_tool_keeps_everything_and_resumes_cleanly(
