@@ -51,8 +51,13 @@ it; the default is each flavor's own (unique) form.
 ``flavor`` picks which OpenAI-compatible server is imitated: ``vllm`` (tool
 arguments in fragments, usage in a final ``choices: []`` chunk,
 ``max_model_len``), ``llamacpp`` (fragments, usage and ``timings`` on the
-finish chunk, ``/props``, ignores the model name) or ``ollama`` (whole tool
-calls in one delta, ``reasoning``).
+finish chunk, ``/props``, ignores the model name), ``ollama`` (whole tool
+calls in one delta, ``reasoning``) or ``llama_cpp_python`` (llama-cpp-python's
+server as docs/PROTOCOLS.md section 3.6 describes it: no usage in a stream,
+ignores ``tools`` without ``tool_choice``, and answers a stream it cannot
+serve, a context overflow or tool calls, with an empty event stream; the same
+request unstreamed gets the 400 or the calls, so such a reply is served again
+to the next request).
 
 Run as a process: ``python tests/model_server.py --script FILE.json [--port 0]
 [--record FILE.jsonl]`` prints ``PORT <n>`` once listening. The script is a
@@ -236,6 +241,11 @@ class FakeModelServer:
     def _next_reply(self) -> dict[str, Any]:
         with self._lock:
             return self._replies.popleft() if self._replies else {"text": DEFAULT_TEXT}
+
+    def _serve_again(self, reply: dict[str, Any]) -> None:
+        """Give ``reply`` to the next request too (it was not really served)."""
+        with self._lock:
+            self._replies.appendleft(reply)
 
     def _next_call_id(self, style: str) -> str:
         with self._lock:
@@ -424,6 +434,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
             self._send_json(400, {"error": {**error, "n_prompt_tokens": asked, "n_ctx": window}})
+        elif style == "llama_cpp_python":
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you "
+                f"requested {asked} tokens ({asked} in the messages, 0 in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+            error = {"message": message, "type": "invalid_request_error"}
+            error |= {"param": "messages", "code": "context_length_exceeded"}
+            self._send_json(400, {"error": error})
         elif style == "llamacpp_500":
             self._send_json(
                 500,
@@ -453,7 +472,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _common_checks(self, body: dict[str, Any], openai: bool) -> dict[str, Any] | None:
         """The reply to serve, or None when the request was already answered."""
         model = body.get("model")
-        ignores_model = openai and self.fake.flavor == "llamacpp"
+        ignores_model = openai and self.fake.flavor in {"llamacpp", "llama_cpp_python"}
         if not ignores_model and not self.fake._knows(model):
             if not openai:
                 self._send_json(404, {"error": f"model '{model}' not found"})
@@ -467,10 +486,18 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.fake._next_reply()
         if reply.get("delay"):
             time.sleep(float(reply["delay"]))
+        tokens = prompt_tokens(body.get("messages"))
+        over = self.fake.reject_over_context and tokens > self.fake.runtime_context
+        if openai and self.fake.flavor == "llama_cpp_python" and body.get("stream"):
+            streams_calls = not (body.get("tools") and body.get("tool_choice"))
+            if reply.get("context_overflow") or over or not streams_calls:
+                self.fake._serve_again(reply)
+                self._start_stream("text/event-stream")
+                self._end_stream()
+                return None
         if self._error_reply(reply, openai):
             return None
-        tokens = prompt_tokens(body.get("messages"))
-        if self.fake.reject_over_context and tokens > self.fake.runtime_context:
+        if over:
             self._overflow(None, openai, tokens)
             return None
         if isinstance(model, str):
@@ -653,6 +680,10 @@ class _Handler(BaseHTTPRequestHandler):
         flavor = self.fake.flavor
         model = body.get("model") or "model"
         usage = self._usage(body, reply)
+        if flavor == "llama_cpp_python" and not body.get("tool_choice"):
+            # Its chat formats ignore tools unless a tool_choice is given.
+            reply = {k: v for k, v in reply.items() if k != "tool_calls"}
+            reply.setdefault("text", DEFAULT_TEXT)
         calls = self._calls(reply, flavor)
         completion_id = f"chatcmpl-{len(self.fake.requests):08x}"
         finish = reply.get("done_reason") or ("tool_calls" if calls else "stop")
@@ -687,7 +718,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, payload)
             return
 
+        # llama-cpp-python sends no usage in a stream, whatever stream_options say.
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if flavor == "llama_cpp_python":
+            include_usage, usage_body = False, None
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             out: dict[str, Any] = {
@@ -797,6 +831,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "owned_by": "llamacpp",
                     "meta": {"n_ctx_train": self.fake.context_length, "n_vocab": 262144},
                 }
+            elif flavor == "llama_cpp_python":
+                entry |= {"owned_by": "me", "permissions": []}  # no window anywhere
             else:
                 entry |= {"id": _tagged(name), "owned_by": "library"}
             data.append(entry)
