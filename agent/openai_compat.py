@@ -220,6 +220,7 @@ class OpenAIClient(HTTPChatClient):
     ``stream_tools``: None finds out whether requests with tools can stream
     (after one empty stream that the unstreamed request answered, they are
     no longer streamed), True always streams them, False never does.
+    What llama-cpp-python sends is in docs/PROTOCOLS.md section 3.6.
     """
 
     provider = "openai"

@@ -255,6 +255,8 @@ class FakeModelServer:
             return f"chatcmpl-tool-{n:032x}"
         if style == "llamacpp":
             return f"{n:032d}"
+        if style == "llama_cpp_python":
+            return f"call__{n}_cmpl-{n:08x}-0000-4000-8000-{n:012x}"
         return f"call_{n:08x}"  # Ollama: call_ plus 8 lowercase letters or digits
 
     def _next_counter(self) -> int:
@@ -437,7 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif style == "llama_cpp_python":
             message = (
                 f"This model's maximum context length is {window} tokens. However, you "
-                f"requested {asked} tokens ({asked} in the messages, 0 in the completion). "
+                f"requested {asked} tokens ({asked} in the messages, None in the completion). "
                 "Please reduce the length of the messages or completion."
             )
             error = {"message": message, "type": "invalid_request_error"}
@@ -706,6 +708,9 @@ class _Handler(BaseHTTPRequestHandler):
                 message[reasoning_key] = reply["thinking"]
             if calls:
                 message["tool_calls"] = [self._openai_whole_call(i, c) for i, c in enumerate(calls)]
+                if flavor == "llama_cpp_python":  # and the legacy field, name and all
+                    function = message["tool_calls"][0]["function"]
+                    message["function_call"] = {**function, "name": function["name"] + ":"}
             payload: dict[str, Any] = {
                 "id": completion_id,
                 "object": "chat.completion",
@@ -736,7 +741,11 @@ class _Handler(BaseHTTPRequestHandler):
             return out
 
         chunks = int(reply.get("chunks", 3))
-        first = {"role": "assistant", "content": None if flavor == "llamacpp" else ""}
+        first: dict[str, Any] = {"role": "assistant", "content": ""}
+        if flavor == "llamacpp":
+            first["content"] = None
+        elif flavor == "llama_cpp_python":
+            del first["content"]
         events: list[dict[str, Any]] = [chunk(first)]
         events += [chunk({reasoning_key: p}) for p in _pieces(reply.get("thinking", ""), chunks)]
         events += [chunk({"content": p}) for p in _pieces(reply.get("text", ""), chunks)]
@@ -817,7 +826,9 @@ class _Handler(BaseHTTPRequestHandler):
         flavor = self.fake.flavor
         data: list[dict[str, Any]] = []
         for name in self.fake.models:
-            entry: dict[str, Any] = {"id": name, "object": "model", "created": CREATED}
+            entry: dict[str, Any] = {"id": name, "object": "model"}
+            if flavor != "llama_cpp_python":
+                entry["created"] = CREATED
             if flavor == "vllm":
                 entry |= {
                     "owned_by": "vllm",
