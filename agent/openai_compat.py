@@ -315,8 +315,12 @@ class OpenAIClient(HTTPChatClient):
                 # An empty stream: llama-cpp-python's answer to a prompt over its
                 # window and to tool calls it cannot stream. The same request
                 # unstreamed gets its real error, or the answer.
-                self._empty_stream(body, on_retry)
-                return self._unstreamed(body, on_text, started)
+                if on_retry is not None:
+                    on_retry("the server sent an empty event stream; asking again unstreamed")
+                answer = self._unstreamed(body, on_text, started)
+                if body.get("tools") and self.stream_tools is None:
+                    self.stream_tools = False  # it answers, so streaming was the trouble
+                return answer
             if not events:
                 # A complete body with no event in it is not a cut stream: retrying
                 # will not help (a web page, a proxy, the wrong provider).
@@ -325,16 +329,6 @@ class OpenAIClient(HTTPChatClient):
                 )
             raise self._ended_early()
         return self._reply(reply, started, response.headers.get("x-request-id"), True)
-
-    def _empty_stream(
-        self, body: Mapping[str, Any], on_retry: Callable[[str], None] | None
-    ) -> None:
-        reason = "the server sent an empty event stream; asking again without streaming"
-        if body.get("tools") and self.stream_tools is None:
-            self.stream_tools = False
-            reason += " (and from now on when tools are offered)"
-        if on_retry is not None:
-            on_retry(reason)
 
     def _unstreamed(
         self, body: Mapping[str, Any], on_text: Callable[[str], None] | None, started: float

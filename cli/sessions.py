@@ -8,11 +8,12 @@ from typing import Any
 
 import click
 
+from agent.tokens import describe_usage
 from objstore import InvalidInput
 from objstore.stats import session_usage
 
 from .app import cli, open_store
-from .output import emit_json, emit_lines, human_bytes, relative_time, short, style
+from .output import emit_json, emit_lines, human_bytes, relative_time, short, style, to_jsonable
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -214,9 +215,13 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
     Example:
       ags info 3f2a
     """
-    usage = session_usage(open_store(ctx), session)
+    store = open_store(ctx)
+    usage = session_usage(store, session)
+    # The agent's totals say which calls the server counted (agent/tokens.py).
+    state = store.state(session) if usage.session.head else {}
+    totals = {**usage.usage, **(state.get("usage") or {})}
     if as_json:
-        emit_json(usage)
+        emit_json({**to_jsonable(usage), "usage": totals})
         return
     s = usage.session
     fork = s.forked_from or {}
@@ -232,7 +237,7 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
         ("forked from", f"{fork.get('session')} at {fork.get('node')}" if fork else "-"),
         ("messages", f"{s.messages} ({', '.join(f'{n} {r}' for r, n in usage.roles.items())})"),
         ("compactions", usage.compactions),
-        ("tokens", f"{usage.usage['prompt_tokens']} in, {usage.usage['completion_tokens']} out"),
+        ("tokens", describe_usage(totals)),
         ("objects", usage.objects),
         ("stored", f"{human_bytes(usage.stored_bytes)}: "
                    f"{human_bytes(usage.unique_stored_bytes)} its own, "

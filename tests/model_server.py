@@ -54,10 +54,13 @@ arguments in fragments, usage in a final ``choices: []`` chunk,
 finish chunk, ``/props``, ignores the model name), ``ollama`` (whole tool
 calls in one delta, ``reasoning``) or ``llama_cpp_python`` (llama-cpp-python's
 server as docs/PROTOCOLS.md section 3.6 describes it: no usage in a stream,
-ignores ``tools`` without ``tool_choice``, and answers a stream it cannot
-serve, a context overflow or tool calls, with an empty event stream; the same
-request unstreamed gets the 400 or the calls, so such a reply is served again
-to the next request).
+and a stream it cannot serve, a context overflow, gets an empty event
+stream; the same request unstreamed gets the 400, so the reply is served
+again to the next request). With ``function_calling`` false (the model's own
+chat template) it ignores tools; true (``--chat_format
+chatml-function-calling``) it calls them only when the request has a
+``tool_choice``, and only unstreamed: a streamed request with tools and a
+``tool_choice`` gets an empty event stream too.
 
 Run as a process: ``python tests/model_server.py --script FILE.json [--port 0]
 [--record FILE.jsonl]`` prints ``PORT <n>`` once listening. The script is a
@@ -159,6 +162,7 @@ class FakeModelServer:
         api_key: str | None = None,
         reject_over_context: bool = False,
         call_ids: str = "flavor",
+        function_calling: bool = False,
         port: int = 0,
         record_path: Path | None = None,
     ) -> None:
@@ -170,6 +174,7 @@ class FakeModelServer:
         self.api_key = api_key
         self.reject_over_context = reject_over_context
         self.call_ids = call_ids
+        self.function_calling = function_calling
         self.record_path = record_path
         self.requests: list[RecordedRequest] = []
         self.loaded: set[str] = set()
@@ -491,8 +496,8 @@ class _Handler(BaseHTTPRequestHandler):
         tokens = prompt_tokens(body.get("messages"))
         over = self.fake.reject_over_context and tokens > self.fake.runtime_context
         if openai and self.fake.flavor == "llama_cpp_python" and body.get("stream"):
-            streams_calls = not (body.get("tools") and body.get("tool_choice"))
-            if reply.get("context_overflow") or over or not streams_calls:
+            calling = self.fake.function_calling and body.get("tools") and body.get("tool_choice")
+            if reply.get("context_overflow") or over or calling:
                 self.fake._serve_again(reply)
                 self._start_stream("text/event-stream")
                 self._end_stream()
@@ -500,6 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._error_reply(reply, openai):
             return None
         if over:
+            self.fake._serve_again(reply)  # refused before the model saw it
             self._overflow(None, openai, tokens)
             return None
         if isinstance(model, str):
@@ -682,8 +688,10 @@ class _Handler(BaseHTTPRequestHandler):
         flavor = self.fake.flavor
         model = body.get("model") or "model"
         usage = self._usage(body, reply)
-        if flavor == "llama_cpp_python" and not body.get("tool_choice"):
-            # Its chat formats ignore tools unless a tool_choice is given.
+        calling = self.fake.function_calling and body.get("tool_choice")
+        if flavor == "llama_cpp_python" and not calling:
+            # Its chat formats ignore tools, and chatml-function-calling does
+            # unless a tool_choice is given.
             reply = {k: v for k, v in reply.items() if k != "tool_calls"}
             reply.setdefault("text", DEFAULT_TEXT)
         calls = self._calls(reply, flavor)

@@ -587,6 +587,7 @@ def test_tool_calls_a_server_cannot_stream_come_unstreamed_from_then_on(
     model_server: FakeModelServer, openai: OpenAIClient
 ) -> None:
     model_server.flavor = "llama_cpp_python"
+    model_server.function_calling = True
     read = {"name": "read_file", "arguments": {"path": "a.txt"}}
     model_server.add({"tool_calls": [read]}, {"tool_calls": [read]}, {"text": "plain"})
     first = openai.chat([USER], [READ_TOOL])
