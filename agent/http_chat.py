@@ -201,11 +201,19 @@ class HTTPChatClient:
         self.model = model
         self.base_url = checked_base_url(base_url)
         self.retry = retry or RetryPolicy()
-        self._http = httpx.Client(
-            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-            headers={"User-Agent": "ags"},
-            verify=_tls_context(),
+        self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self._http = self._new_http()
+
+    def _new_http(self) -> httpx.Client:
+        return httpx.Client(
+            timeout=self._timeout, headers={"User-Agent": "ags"}, verify=_tls_context()
         )
+
+    def _reconnect(self) -> None:
+        """Drop the pooled connections: a server that broke off a reply may have left
+        one that it will close under the next request (docs/PROTOCOLS.md 3.6)."""
+        self._http.close()
+        self._http = self._new_http()
 
     def close(self) -> None:
         self._http.close()

@@ -317,6 +317,7 @@ class OpenAIClient(HTTPChatClient):
                 # unstreamed gets its real error, or the answer.
                 if on_retry is not None:
                     on_retry("the server sent an empty event stream; asking again unstreamed")
+                self._reconnect()  # llama-cpp-python closes that connection under the next request
                 answer = self._unstreamed(body, on_text, started)
                 if body.get("tools") and self.stream_tools is None:
                     self.stream_tools = False  # it answers, so streaming was the trouble

@@ -314,6 +314,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch(body)
 
     def _dispatch(self, body: Any) -> None:
+        if getattr(self, "_broken", False):
+            # llama-cpp-python (uvicorn) closes a connection whose stream it broke
+            # off, under the next request sent on it.
+            self.close_connection = True
+            with suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         path = self.path.split("?", 1)[0]
         headers = {k.lower(): v for k, v in self.headers.items()}
         self.fake._record(RecordedRequest(self.command, path, headers, body))
@@ -501,6 +508,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.fake._serve_again(reply)
                 self._start_stream("text/event-stream")
                 self._end_stream()
+                self._broken = True
                 return None
         if self._error_reply(reply, openai):
             return None
