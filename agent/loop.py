@@ -52,7 +52,13 @@ from typing import Any, Final
 from objstore import AgsError, InvalidInput, SessionArchived, Store
 
 from .errors import ContextTooLong, ModelError
-from .messages import Message, context_call_ids, unanswered_calls, with_unique_call_ids
+from .messages import (
+    CallIdFilter,
+    Message,
+    context_call_ids,
+    unanswered_calls,
+    with_unique_call_ids,
+)
 from .models import ModelClient, ModelReply
 from .tokens import CHARS_PER_TOKEN, TokenCounter, add_usage, empty_usage, usage_meta
 from .tools import TOOLS, Toolbox, tool_schemas
@@ -216,6 +222,7 @@ class Agent:
         self.toolbox.state = self.state
         calibrated = self.state.get("usage", {}).get("chars_per_token")
         self.tokens = TokenCounter(float(calibrated or CHARS_PER_TOKEN))
+        self._compacted = self._compacted_ids()
         self._always: set[str] = set()
         self._pending: Message | None = None  # the question, until the model answers it
         self.interrupts = Interrupts()
@@ -234,6 +241,18 @@ class Agent:
     def _context(self) -> list[Message]:
         start = self.sid or self._base
         return self.store.context(start) if start else []
+
+    def _compacted_ids(self) -> CallIdFilter:
+        """The call ids compactions took out of the context: the newest compaction's
+        ``compacted_call_ids`` (found like the context, a span at a time)."""
+        start = self.sid or self._base
+        node_id = self.store.lookup(start).node if start else None
+        while node_id is not None:
+            node = self.store.node(node_id)
+            if node.is_compaction:
+                return CallIdFilter.from_hex(node.meta.get("compacted_call_ids"))
+            node_id = node.span.after if node.span is not None else node.parent
+        return CallIdFilter()
 
     # -- recovery --------------------------------------------------------------
 
@@ -341,10 +360,9 @@ class Agent:
                 )
             raise
         # The ids a server gives can repeat (a restarted counter) or be missing;
-        # the ones stored and sent back are unique in the context.
-        answer = dataclasses.replace(
-            answer, message=with_unique_call_ids(answer.message, context_call_ids(messages))
-        )
+        # the ones stored and sent back are unique in the session.
+        unique = with_unique_call_ids(answer.message, context_call_ids(messages), self._compacted)
+        answer = dataclasses.replace(answer, message=unique)
         meta = self._account(messages, TOOL_SCHEMAS_TEXT, answer)
         self._store_question()
         self._append(answer.message, state=True, meta=meta)
@@ -508,9 +526,13 @@ class Agent:
                 "nothing changed"
             )
             return False
-        meta |= {"automatic": automatic, "focus": focus}
+        compacted = CallIdFilter(self._compacted.bits)
+        for call_id in context_call_ids(older):
+            compacted.add(call_id)
+        meta |= {"automatic": automatic, "focus": focus, "compacted_call_ids": compacted.hex()}
         sid = self._session()
         self.store.compact(sid, summary, keep=len(kept), state=self.state, meta=meta)
+        self._compacted = compacted
         self.tokens.forget()
         cut = answer.done_reason == "length"
         self.events.notice(
@@ -549,6 +571,7 @@ class Agent:
         node = self.store.rewind(self.sid, f"{self.sid}~{steps}")
         self.state.clear()
         self.state.update({**default_state(), **self.store.state(self.sid)})
+        self._compacted = self._compacted_ids()
         self.tokens.forget()
         return node
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from agent.errors import ModelError
+from agent.errors import ModelError, ModelUnavailable
 from agent.loop import MAX_STEPS, Agent, AgentEvents, TurnResult
 from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
@@ -174,6 +174,8 @@ def running_agent(
 def _model_context(client: ModelClient) -> int | None:
     try:
         length = client.context_length()
+    except ModelUnavailable:
+        raise  # no server: say so now, not after the chat call's retries too
     except ModelError:
         return None  # the first chat call will say what is wrong, more precisely
     return int(length) if length else None

@@ -6,6 +6,7 @@ The model is the only fake (no LLM runs here); it is scripted per test.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from docker_fixture import require_docker
 from model_server import FakeModelServer
 
 from agent.loop import UNKNOWN_OUTCOME, Agent
+from agent.messages import CallIdFilter, context_call_ids
 from agent.models import make_client
 from agent.tools import Toolbox
 from objstore import Store
@@ -377,6 +379,48 @@ def test_tool_call_ids_are_unique_whatever_the_server_sends(
     assert sent_calls == ids
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ids
     assert [m["content"] for m in stored if m["role"] == "tool"][1].startswith("# demo")
+
+
+def test_an_id_compacted_away_is_still_not_reused(tmp_path, project, agent_on):
+    """A server that restarts its counter after a compaction sends call_0_0 again;
+    the first call_0_0 is no longer in the context, but it is in the session."""
+    with FakeModelServer() as server, Store.open(tmp_path / "store") as store:
+        agent = agent_on(server, "ollama", store)
+        reused = {**call("list_files", path="."), "id": "call_0_0"}
+        server.add({"tool_calls": [reused]}, {"text": "one file"})
+        agent.turn("what is here?")
+        server.add({"text": "nothing else"})
+        agent.turn("anything else?")
+        server.add({"text": "they listed the files"})  # the summary of the first turn
+        assert agent.compact()
+        assert "call_0_0" not in context_call_ids(store.context(agent.sid))
+        server.add({"tool_calls": [reused]}, {"text": "still one file"})
+        agent.turn("and now?")
+        resumed = Agent(store, None, agent.client, agent.toolbox, base=store.resolve(agent.sid),
+                        create=lambda: store.fork(agent.sid))  # fmt: skip
+        ids = [c["id"] for e in store.log(agent.sid) for c in e.message.get("tool_calls", [])]
+    assert ids[1] == "call_0_0" and ids[0] != "call_0_0"  # newest first
+    second = next(e.message for e in store.log(agent.sid) if e.message.get("tool_calls"))
+    assert second["tool_calls"][0]["server_id"] == "call_0_0"
+    assert "call_0_0" in resumed._compacted  # read back from the compaction node
+
+
+def test_the_compacted_ids_filter_is_the_one_format_md_describes() -> None:
+    ids = ["call_0_0", "call__0_list_files_cmpl-4d2c", "chatcmpl-tool-9f"]
+    kept = CallIdFilter()
+    for call_id in ids:
+        kept.add(call_id)
+    text = kept.hex()
+    number = int(text, 16)
+    assert len(text) == 1024 and text == text.lower()
+    for call_id in ids:
+        digest = hashlib.blake2b(call_id.encode(), digest_size=16).digest()
+        for j in range(4):
+            assert number >> (int.from_bytes(digest[4 * j : 4 * j + 4], "big") % 4096) & 1
+    assert bin(number).count("1") <= 12
+    again = CallIdFilter.from_hex(text)
+    assert all(i in again for i in ids) and "call_0_1" not in again
+    assert CallIdFilter.from_hex("not a filter").bits == 0
 
 
 def test_an_open_call_inside_the_context_is_answered_in_the_request(tmp_path, project, agent_on):
