@@ -124,7 +124,7 @@ class TerminalEvents(AgentEvents):
 
 @contextmanager
 def running_agent(
-    store: Store, opts: AgentOptions, events: AgentEvents
+    ctx: click.Context, opts: AgentOptions, events: AgentEvents
 ) -> Iterator[tuple[Agent, Choice]]:
     """A fresh sandbox, the session chosen with its writer lock held, unanswered
     tool calls recovered; everything let go on the way out. The client and the
@@ -139,6 +139,7 @@ def running_agent(
         stream_tools=opts.stream_tools,
     )
     with closing(client), Sandbox.start(project, opts.image, opts.network) as sandbox:
+        store = open_store(ctx)  # only now: a bad setting must not even make a store
         choice = choose_session(
             store,
             resume=opts.resume,
@@ -210,9 +211,8 @@ def run(
       ags run --continue "now run the tests" --json
       ags run --resume 3f2a~2 "try another way"    # forks there
     """
-    store = open_store(ctx)
     events = TerminalEvents(yes_tools=yes_tools, stream=not as_json)
-    with running_agent(store, opts, events) as (agent, choice):
+    with running_agent(ctx, opts, events) as (agent, choice):
         agent.max_steps = max_steps
         result = agent.turn(prompt)
         state = agent.state
@@ -271,9 +271,9 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
     if sys.stdin.isatty():
         with suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-    store = open_store(ctx)
     events = TerminalEvents(yes_tools=False)
-    with running_agent(store, opts, events) as (agent, choice):
+    with running_agent(ctx, opts, events) as (agent, choice):
+        store = agent.store
         if choice.session is None:
             what = "a new session" if choice.how == "new" else f"a fork of {choice.fork_spec}"
             where = f"{what}, saved from the first answer on"

@@ -908,3 +908,18 @@ def test_chat_with_piped_input_writes_only_answers_to_stdout(tmp_path, server, i
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "first\nsecond\n"
+
+
+def test_a_bad_base_url_does_not_even_make_a_store(tmp_path, server, image, project):
+    env = {**env_for(tmp_path, server, image), "AGS_BASE_URL": "localhost:11434"}
+    for command in ("run", "chat"):
+        proc = subprocess.run(
+            [AGS, command, *(["hi"] if command == "run" else [])], env=env, cwd=project,
+            capture_output=True, text=True, timeout=60, input="hi\n",
+        )  # fmt: skip
+        assert proc.returncode == 1
+        assert proc.stderr == (
+            "ags: unusable model server URL 'localhost:11434': it needs http:// or https:// "
+            "(did you mean http://localhost:11434?)\n"
+        )
+        assert not (tmp_path / "store").exists()
