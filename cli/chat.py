@@ -276,7 +276,7 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
         store = agent.store
         if choice.session is None:
             what = "a new session" if choice.how == "new" else f"a fork of {choice.fork_spec}"
-            where = f"{what}, saved from the first answer on"
+            where = f"{what} (saved from the first answer on)"
         else:
             info = store.session(choice.session)
             where = f"session {short(info.id)} ({choice.how}, {info.messages} messages)"
