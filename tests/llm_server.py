@@ -106,10 +106,10 @@ def stop(process: subprocess.Popen[bytes], signum: int = signal.SIGTERM) -> None
 
 @pytest.fixture(scope="session", name="plain_llm")
 def plain_llm_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The model's own chat template (it ignores tools) and a 1,024-token window,
-    small enough to overflow in a few turns."""
+    """The model's own chat template (it ignores tools) and a 512-token window,
+    small enough to overflow in two short turns."""
     log = tmp_path_factory.mktemp("llm") / "plain.log"
-    with llm_server(log, n_ctx=1024) as server:
+    with llm_server(log, n_ctx=512) as server:
         yield server.url
 
 

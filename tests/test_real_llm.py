@@ -124,10 +124,10 @@ def test_a_reply_cut_off_by_the_output_limit_is_reported(tmp_path, image, projec
 def test_the_servers_context_overflow_leads_to_compaction_through_the_real_model(
     tmp_path, image, project, plain_llm
 ):
-    """The window is 1,024 tokens: two turns of notes do not fit. Streamed, the
+    """The window is 512 tokens: two turns of notes do not fit. Streamed, the
     server answers the overflow with an empty 200; unstreamed, with its 400."""
-    garden = notes("garden", "The tomato bed number {} gets water every morning.", 25)
-    orchard = notes("orchard", "The apple tree in row {} was pruned in March.", 60)
+    garden = notes("garden", "The tomato bed number {} gets water every morning.", 10)
+    orchard = notes("orchard", "The apple tree in row {} was pruned in March.", 20)
     first = ags(tmp_path, image, project, plain_llm, "run", garden, "--max-output-tokens", "24")
     assert first.returncode in FINISHED_OR_CUT_OFF, first.stderr
     sid = only_session(tmp_path)
