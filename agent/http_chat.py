@@ -4,7 +4,9 @@ Transient failures (connection errors, timeouts, a stream cut short, HTTP 429
 and 5xx) are retried with exponential backoff; every retry is reported through
 ``on_retry`` and starts the request over, discarding the partial reply, so
 nothing is ever merged twice. Everything else becomes one of the errors in
-``agent.errors``. The error body shapes servers use are listed in PROTOCOLS.md.
+``agent.errors``. The error body shapes servers use are listed in
+docs/PROTOCOLS.md. A base URL is checked when the client is made, so a bad
+one is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class _ServerError:
 
 
 def _server_error(status: int | None, payload: Any, retry_after: float | None) -> _ServerError:
-    """Read the error body shapes listed in PROTOCOLS.md (section 4, item 7) into one form."""
+    """Read the error body shapes in docs/PROTOCOLS.md (section 4, item 7) into one form."""
     if isinstance(payload, dict):
         inner = payload.get("error")
         if isinstance(inner, str):  # Ollama native
@@ -156,6 +158,27 @@ def _retry_after(value: str | None) -> float | None:
 # --- the shared client machinery --------------------------------------------
 
 
+def checked_base_url(value: str) -> str:
+    """``value`` without a trailing slash, or ModelConfigError if it cannot be a server's URL."""
+    text = value.strip().rstrip("/")
+    problem = None
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        problem = str(exc)
+    else:
+        if url.scheme not in {"http", "https"}:
+            problem = "it needs http:// or https://"
+        elif not url.host:
+            problem = "it names no host"
+        elif url.port is not None and not 0 < url.port < 65536:
+            problem = f"port {url.port} is out of range"
+    if problem is None:
+        return text
+    hint = f" (did you mean http://{text}?)" if "://" not in text and text else ""
+    raise ModelConfigError(f"unusable model server URL {value!r}: {problem}{hint}")
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """httpx's default TLS setup, built once: loading the CA bundle costs ~40 ms a client."""
@@ -177,13 +200,21 @@ class HTTPChatClient:
         if not model:
             raise ModelConfigError(f"no model name given for the {self.provider} provider")
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        self.base_url = checked_base_url(base_url)
         self.retry = retry or RetryPolicy()
-        self._http = httpx.Client(
-            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-            headers={"User-Agent": "ags"},
-            verify=_tls_context(),
+        self._timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self._http = self._new_http()
+
+    def _new_http(self) -> httpx.Client:
+        return httpx.Client(
+            timeout=self._timeout, headers={"User-Agent": "ags"}, verify=_tls_context()
         )
+
+    def _reconnect(self) -> None:
+        """Drop the pooled connections: a server that broke off a reply may have left
+        one that it will close under the next request (docs/PROTOCOLS.md 3.6)."""
+        self._http.close()
+        self._http = self._new_http()
 
     def close(self) -> None:
         self._http.close()
@@ -259,6 +290,14 @@ class HTTPChatClient:
                 response.read()
                 raise self._http_error(response)
             yield response
+
+    def _post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` and return the JSON object of a successful answer (not retried here)."""
+        with self._transport_errors():
+            response = self._http.post(self.base_url + path, json=body, headers=self._headers())
+            if not response.is_success:
+                raise self._http_error(response)
+            return self._json_object(response.text, "the reply")
 
     def _fetch_json(
         self, method: str, path: str, body: Mapping[str, Any] | None = None, optional: bool = False

@@ -2,42 +2,71 @@
 
 What it promises:
 
-* every message is appended the moment it is complete, and the session's
-  writer lock is held for as long as the loop runs;
+* a turn's question is stored together with the first answer to it: a turn
+  that fails before the model answers (server down, a bad URL, a context
+  that does not fit) writes nothing, so a failed turn never leaves an
+  unanswered message behind for every later turn to trip over (and a run
+  on a new session or a fork that fails leaves no session). An interrupt
+  keeps the question, and the partial answer if any: the user stopped it,
+  nothing failed;
+* after that, every message is appended the moment it is complete, and the
+  session's writer lock is held for as long as the loop runs;
 * the agent state (scratchpad, todos, retry and tool counts, token usage, the
   summary calls' included) rides on the assistant message of every model
   call and on the last result of every tool batch, so it is checkpointed at
   tool-batch and turn boundaries (unchanged state is the same object);
 * a tool call left without a result (a crash, an interrupt) gets an explicit
   "outcome unknown" result on resume, as a real node; tools are never replayed;
+* a reply cut off by the output limit (``length``) ends the turn early: its
+  tool calls are answered "not run", never run;
 * compaction runs at COMPACT_AT of the context budget, or when asked; a failed
   or non-shrinking summary changes nothing; a context that still does not fit
-  stops the loop with a clear message, never drops history;
+  stops the loop with a clear message, never drops history; a budget that
+  the system prompt and tools (and the turn compaction must keep) already
+  fill is refused before any summary call;
 * the system prompt comes from the current configuration and is never stored.
+
+Why the question waits for the answer instead of being rolled back on a
+failure: a rollback would move the head back and leave a reflog entry per
+failed turn (and a session made only to be deleted), and a crash between
+the append and the rollback would still leave the unanswered message. The
+cost is that a question being answered when the process is killed is not
+kept; the person who typed it still has it.
 
 Approvals live in this object only: never stored, never restored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Final
 
-from objstore import AgsError, SessionArchived, Store
+from objstore import AgsError, InvalidInput, SessionArchived, Store
 
 from .errors import ContextTooLong, ModelError
+from .messages import (
+    CallIdFilter,
+    Message,
+    context_call_ids,
+    unanswered_calls,
+    with_unique_call_ids,
+)
 from .models import ModelClient, ModelReply
+from .tokens import CHARS_PER_TOKEN, TokenCounter, add_usage, empty_usage, usage_meta
 from .tools import TOOLS, Toolbox, tool_schemas
 
 TOOL_SCHEMAS: Final = tool_schemas()
 TOOL_SCHEMAS_TEXT: Final = json.dumps(TOOL_SCHEMAS)  # counted into every prompt's size
 COMPACT_AT: Final = 0.8
+MIN_ROOM: Final = 256  # tokens a budget must leave for the conversation beyond the fixed part
 MAX_STEPS: Final = 40  # model calls in one turn before the loop gives the turn back
 SUMMARY_PREFIX: Final = "Summary of the conversation so far (earlier turns were compacted):\n\n"
 UNKNOWN_OUTCOME: Final = (
@@ -45,7 +74,10 @@ UNKNOWN_OUTCOME: Final = (
     "interrupt) before its result was recorded. It was not run again. Check the workspace "
     "before retrying it."
 )
-
+CUT_OFF_CALL: Final = (
+    "[ags] Not run: the reply was cut off by the output limit (finish reason 'length') "
+    "before it was complete, so this call may be incomplete."
+)
 SYSTEM_PROMPT: Final = """\
 You are a careful coding agent. The user's project is mounted at /workspace in a \
 sandbox; use the tools to read, change and run things there. Prefer small, verified \
@@ -70,14 +102,8 @@ def default_state() -> dict[str, Any]:
         "todos": [],
         "retries": 0,
         "tool_calls": {},
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0},
+        "usage": empty_usage(),  # agent/tokens.py
     }
-
-
-def estimate_tokens(messages: list[dict[str, Any]], extra: str = "") -> int:
-    """A cheap token count: four characters a token, as servers roughly count English."""
-    chars = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) + len(extra)
-    return chars // 4
 
 
 class Interrupts:
@@ -147,56 +173,99 @@ class TurnResult:
     done_reason: str | None
     model_calls: int
     tool_calls: int
-    stopped: str | None  # None: the model finished; else why the loop stopped early
+    # None: the model finished; else why the loop stopped early:
+    # "interrupted", "too many steps", "cut off" (the reply hit the output limit)
+    stopped: str | None
 
 
 class Agent:
-    """One session being worked on. Holds its writer lock until ``close``."""
+    """One session being worked on. Holds its writer lock until ``close``.
+
+    ``session`` None: the session does not exist yet (a new one, or a fork);
+    ``create`` makes it at the first append and returns its id, and ``base``
+    (a node id, or None for an empty start) is what the model sees until then.
+    """
 
     def __init__(
         self,
         store: Store,
-        session: str,
+        session: str | None,
         client: ModelClient,
         toolbox: Toolbox,
         events: AgentEvents | None = None,
         *,
         max_context_tokens: int | None = None,
         system_prompt: str = SYSTEM_PROMPT,
+        max_steps: int = MAX_STEPS,
+        base: str | None = None,
+        create: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
-        self.sid = store.lock(session)  # SessionBusy names the other process
-        if store.session(self.sid).archived:
-            store.release(self.sid)
-            raise SessionArchived(self.sid)
+        self.sid: str | None = None
+        if session is not None:
+            self.sid = store.lock(session)  # SessionBusy names the other process
+            if store.session(self.sid).archived:
+                store.release(self.sid)
+                raise SessionArchived(self.sid)
+        elif create is None:
+            raise ValueError("an Agent without a session needs a way to create one")
+        self._base = base
+        self._create = create
         self.client = client
         self.toolbox = toolbox
         self.events = events or AgentEvents()
         self.max_context_tokens = max_context_tokens
         self.system_prompt = system_prompt
-        self.state = {**default_state(), **store.state(self.sid)}
+        self.max_steps = max_steps
+        start = self.sid or base
+        self.state = {**default_state(), **(store.state(start) if start else {})}
         self.toolbox.state = self.state
+        calibrated = self.state.get("usage", {}).get("chars_per_token")
+        self.tokens = TokenCounter(float(calibrated or CHARS_PER_TOKEN))
+        self._compacted = self._compacted_ids()
         self._always: set[str] = set()
+        self._pending: Message | None = None  # the question, until the model answers it
         self.interrupts = Interrupts()
 
     def close(self) -> None:
-        self.store.release(self.sid)
+        if self.sid is not None:
+            self.store.release(self.sid)
+
+    def _session(self) -> str:
+        """The session's id, making the session first if it does not exist yet."""
+        if self.sid is None:
+            assert self._create is not None
+            self.sid = self.store.lock(self._create())
+        return self.sid
+
+    def _context(self) -> list[Message]:
+        start = self.sid or self._base
+        return self.store.context(start) if start else []
+
+    def _compacted_ids(self) -> CallIdFilter:
+        """The call ids compactions took out of the context: the newest compaction's
+        ``compacted_call_ids`` (found like the context, a span at a time)."""
+        start = self.sid or self._base
+        node_id = self.store.lookup(start).node if start else None
+        while node_id is not None:
+            node = self.store.node(node_id)
+            if node.is_compaction:
+                return CallIdFilter.from_hex(node.meta.get("compacted_call_ids"))
+            node_id = node.span.after if node.span is not None else node.parent
+        return CallIdFilter()
 
     # -- recovery --------------------------------------------------------------
 
     def recover(self) -> int:
-        """Give every tool call in the context that has no result an explicit
-        'outcome unknown' result; return how many. Nothing is run again."""
-        answered: set[str] = set()
-        pending: list[dict[str, Any]] = []
-        for message in self.store.context(self.sid):
-            if not isinstance(message, dict):
-                continue
-            if message.get("role") == "tool":
-                answered.add(str(message.get("tool_call_id")))
-            for call in message.get("tool_calls") or []:
-                pending.append(call)
-        missing = [c for c in pending if str(c.get("id")) not in answered]
+        """Give the tool calls that the context ends with and that have no result
+        an explicit 'outcome unknown' result; return how many. Nothing is run again.
+
+        Only the last batch can be open: the loop answers every call before the
+        next model call. An open call further back (a session written before
+        results were matched by position) cannot be answered by an append; the
+        prompt answers it instead (``_prompt``)."""
+        context = self._context()
+        missing = [call for last, call in unanswered_calls(context) if last == len(context) - 1]
         for i, call in enumerate(missing):
             last = i == len(missing) - 1
             self._append(
@@ -216,16 +285,17 @@ class Agent:
     def turn(self, text: str) -> TurnResult:
         """The user says ``text``; the model answers, calling tools until it is done."""
         with self.interrupts.installed():
-            return self._turn(text)
+            self._pending = {"role": "user", "content": text}
+            try:
+                return self._turn()
+            finally:
+                self._pending = None  # a failed turn leaves its question unstored
 
-    def _turn(self, text: str) -> TurnResult:
-        self._append({"role": "user", "content": text})
-        if self.store.session(self.sid).title is None:
-            self.store.set_title(self.sid, " ".join(text.split())[:60])
+    def _turn(self) -> TurnResult:
         reply = ""
         done_reason: str | None = None
         tool_calls = 0
-        for step in range(1, MAX_STEPS + 1):
+        for step in range(1, self.max_steps + 1):
             try:
                 answer = self._ask_model()
             except KeyboardInterrupt:
@@ -233,13 +303,26 @@ class Agent:
             done_reason = answer.done_reason
             reply = str(answer.message.get("content") or "")
             calls = answer.message.get("tool_calls") or []
+            if done_reason == "length":
+                self._refuse_cut_off(calls)
+                return TurnResult(reply, done_reason, step, tool_calls, "cut off")
             if not calls:
                 return TurnResult(reply, done_reason, step, tool_calls, None)
             tool_calls += len(calls)
             if not self._run_tools(calls):
                 return TurnResult(reply, done_reason, step, tool_calls, "interrupted")
-        self.events.notice(f"stopped after {MAX_STEPS} model calls in one turn")
-        return TurnResult(reply, done_reason, MAX_STEPS, tool_calls, "too many steps")
+        self.events.notice(f"stopped after {self.max_steps} model calls in one turn")
+        return TurnResult(reply, done_reason, self.max_steps, tool_calls, "too many steps")
+
+    def _store_question(self) -> None:
+        """Append the turn's question, once: with its first answer, or on an interrupt."""
+        if self._pending is None:
+            return
+        question, self._pending = self._pending, None
+        sid = self._session()
+        self._append(question)
+        if self.store.session(sid).title is None:
+            self.store.set_title(sid, " ".join(str(question["content"]).split())[:60])
 
     def _ask_model(self) -> ModelReply:
         """One model call over the current context; its answer is appended when complete.
@@ -263,9 +346,11 @@ class Agent:
             except ContextTooLong:
                 if not self.compact(automatic=True):
                     raise
+                messages = self._prompt()
                 with self.interrupts.interruptible():
-                    answer = self.client.chat(self._prompt(), TOOL_SCHEMAS, on_text, on_retry)
+                    answer = self.client.chat(messages, TOOL_SCHEMAS, on_text, on_retry)
         except KeyboardInterrupt:
+            self._store_question()
             partial = "".join(streamed)
             if partial:
                 self._append(
@@ -274,9 +359,24 @@ class Agent:
                     meta={"interrupted": True, "model": self.client.model},
                 )
             raise
-        self._add_usage(answer)
-        self._append(answer.message, state=True, meta=_reply_meta(answer))
+        # The ids a server gives can repeat (a restarted counter) or be missing;
+        # the ones stored and sent back are unique in the session.
+        unique = with_unique_call_ids(answer.message, context_call_ids(messages), self._compacted)
+        answer = dataclasses.replace(answer, message=unique)
+        meta = self._account(messages, TOOL_SCHEMAS_TEXT, answer)
+        self._store_question()
+        self._append(answer.message, state=True, meta=meta)
         return answer
+
+    def _refuse_cut_off(self, calls: list[dict[str, Any]]) -> None:
+        """A reply that hit the output limit: its calls are answered, never run."""
+        for call in calls:
+            self._append(_tool_message(call, CUT_OFF_CALL), state=call is calls[-1])
+        what = f"{len(calls)} tool call(s) in it not run" if calls else "the answer is incomplete"
+        self.events.notice(
+            f"the model's reply was cut off by its output limit (finish reason 'length'): "
+            f"{what}; ask it to go on, or allow longer replies"
+        )
 
     def _run_tools(self, calls: list[dict[str, Any]]) -> bool:
         """Run one batch of tool calls, appending each result; False if interrupted."""
@@ -321,24 +421,57 @@ class Agent:
 
     # -- context and compaction ------------------------------------------------
 
-    def _prompt(self) -> list[dict[str, Any]]:
-        system = {"role": "system", "content": self.system_prompt}
-        return [system, *self.store.context(self.sid)]
+    def _system(self) -> Message:
+        return {"role": "system", "content": self.system_prompt}
+
+    def _prompt(self) -> list[Message]:
+        """The messages of the next model call: the system prompt, the context
+        (open calls answered), and the question while it waits for its answer."""
+        prompt = [self._system(), *_answered(self._context())]
+        if self._pending is not None:
+            prompt.append(self._pending)
+        return prompt
 
     def context_tokens(self) -> int:
+        """The tokens the next model call would send (the server's counts where known)."""
         return self._tokens(self._prompt())
 
-    @staticmethod
-    def _tokens(prompt: list[dict[str, Any]]) -> int:
-        return estimate_tokens(prompt, TOOL_SCHEMAS_TEXT)
+    def _tokens(self, prompt: list[Message]) -> int:
+        return self.tokens.count(prompt, TOOL_SCHEMAS_TEXT)
 
-    def _make_room(self) -> list[dict[str, Any]]:
+    def check_budget(self, source: str = "--max-context-tokens") -> None:
+        """Refuse a budget the system prompt and the tool definitions already fill.
+
+        ``source`` names where the budget came from, for the message."""
+        budget = self.max_context_tokens
+        if budget is None:
+            return
+        fixed = self._tokens([self._system()])
+        if fixed + MIN_ROOM > COMPACT_AT * budget:
+            least = math.ceil((fixed + MIN_ROOM) / COMPACT_AT)
+            raise InvalidInput(
+                f"a context budget of {budget} tokens ({source}) cannot work: the system "
+                f"prompt and the tool definitions alone take about {fixed}; "
+                f"it takes at least {least} (--max-context-tokens {least})"
+            )
+
+    def _make_room(self) -> list[Message]:
         """The prompt for the next model call: compacted first at COMPACT_AT of the
-        budget; ContextFull if it still does not fit."""
+        budget; ContextFull if it cannot fit, before any summary call when even
+        what compaction keeps (the current turn) does not fit."""
         prompt = self._prompt()
         budget = self.max_context_tokens
         if budget is None or self._tokens(prompt) < COMPACT_AT * budget:
             return prompt
+        _older, kept = self._split(self._context())
+        floor = self._tokens([self._system(), *kept, *([self._pending] if self._pending else [])])
+        if floor >= budget:
+            what = "your message" if self._pending is not None else "the current turn"
+            raise ContextFull(
+                f"the system prompt, the tool definitions and {what} take about {floor} "
+                f"tokens and the limit is {budget}; compaction cannot make that fit: "
+                "raise --max-context-tokens, or send less at once"
+            )
         if self.compact(automatic=True):
             prompt = self._prompt()
         used = self._tokens(prompt)
@@ -350,6 +483,18 @@ class Agent:
             )
         return prompt
 
+    def _split(self, context: list[Message]) -> tuple[list[Message], list[Message]]:
+        """(what a compaction summarises, what it keeps verbatim): the current
+        turn is kept, from its question on; while the question waits for its
+        answer, the turn has not started and everything stored is older."""
+        if self._pending is not None:
+            return context, []
+        start = max(
+            (i for i, m in enumerate(context) if isinstance(m, dict) and m.get("role") == "user"),
+            default=0,
+        )
+        return context[:start], context[start:]
+
     def compact(self, focus: str | None = None, *, automatic: bool = False) -> bool:
         """Summarise the turns before the current one; return whether the context shrank.
 
@@ -357,41 +502,43 @@ class Agent:
         message on). A failed summary call, or one that does not shrink the
         context, changes nothing.
         """
-        context = self.store.context(self.sid)
-        start = max(
-            (i for i, m in enumerate(context) if isinstance(m, dict) and m.get("role") == "user"),
-            default=0,
-        )
-        older, kept = context[:start], context[start:]
+        context = self._context()
+        older, kept = self._split(context)
         if not older:
             self.events.notice("nothing to compact: the context is the current turn alone")
             return False
         ask = SUMMARY_PROMPT + (f"\nFocus on: {focus}" if focus else "")
-        request = [
-            {"role": "system", "content": self.system_prompt},
-            *older,
-            {"role": "user", "content": ask},
-        ]
+        request = [self._system(), *older, {"role": "user", "content": ask}]
         try:
             with self.interrupts.interruptible():  # Ctrl-C: no summary, nothing changed
                 answer = self.client.chat(request, None, None, self._count_retry)
         except ModelError as e:
             self.events.notice(f"compaction failed, nothing changed: {e}")
             return False
-        self._add_usage(answer)  # summary calls count too, even when not used
+        meta = self._account(request, "", answer)  # summary calls count too, even unused
         summary_text = str(answer.message.get("content") or "").strip()
         summary = {"role": "user", "content": SUMMARY_PREFIX + summary_text}
-        before = estimate_tokens(context)
-        after = estimate_tokens([summary, *kept])
+        before = self.tokens.estimate(context)
+        after = self.tokens.estimate([summary, *kept])
         if not summary_text or after >= before:
             self.events.notice(
                 f"the summary did not shrink the context ({before} -> {after} tokens); "
                 "nothing changed"
             )
             return False
-        meta = {**_reply_meta(answer), "automatic": automatic, "focus": focus}
-        self.store.compact(self.sid, summary, keep=len(kept), state=self.state, meta=meta)
-        self.events.notice(f"compacted: about {before} -> {after} tokens")
+        compacted = CallIdFilter(self._compacted.bits)
+        for call_id in context_call_ids(older):
+            compacted.add(call_id)
+        meta |= {"automatic": automatic, "focus": focus, "compacted_call_ids": compacted.hex()}
+        sid = self._session()
+        self.store.compact(sid, summary, keep=len(kept), state=self.state, meta=meta)
+        self._compacted = compacted
+        self.tokens.forget()
+        cut = answer.done_reason == "length"
+        self.events.notice(
+            f"compacted: about {before} -> {after} tokens"
+            + (" (the summary was cut off by the output limit)" if cut else "")
+        )
         return True
 
     # -- bookkeeping -----------------------------------------------------------
@@ -400,26 +547,51 @@ class Agent:
         self.state["retries"] = int(self.state.get("retries", 0)) + 1
         self.events.notice(f"retrying the model call: {reason}")
 
-    def _add_usage(self, answer: ModelReply) -> None:
-        usage = self.state.setdefault("usage", {"prompt_tokens": 0, "completion_tokens": 0})
-        usage["prompt_tokens"] = int(usage.get("prompt_tokens", 0)) + answer.usage.prompt_tokens
-        usage["completion_tokens"] = (
-            int(usage.get("completion_tokens", 0)) + answer.usage.completion_tokens
-        )
+    def _account(self, prompt: list[Message], extra: str, answer: ModelReply) -> dict[str, Any]:
+        """Add a model call to the usage totals, learn from its counts; its node meta."""
+        prompt_estimate = self.tokens.estimate(prompt, extra)
+        reply_estimate = self.tokens.estimate([answer.message])
+        usage = self.state.setdefault("usage", empty_usage())
+        add_usage(usage, answer.usage, prompt_estimate, reply_estimate)
+        self.tokens.observe(prompt, extra, answer.message, answer.usage)
+        usage["chars_per_token"] = self.tokens.chars_per_token
+        return {**_reply_meta(answer), **usage_meta(answer.usage, prompt_estimate, reply_estimate)}
 
     def _append(
         self, message: dict[str, Any], *, state: bool = False, meta: dict[str, Any] | None = None
     ) -> str:
         return self.store.append(
-            self.sid, message, state=self.state if state else None, meta=meta or {}
+            self._session(), message, state=self.state if state else None, meta=meta or {}
         )
 
     def rewind(self, steps: int) -> str:
         """Move the session back ``steps`` messages; the state there comes back too."""
+        if self.sid is None:
+            raise InvalidInput("nothing to rewind: the session starts with the first answer")
         node = self.store.rewind(self.sid, f"{self.sid}~{steps}")
         self.state.clear()
         self.state.update({**default_state(), **self.store.state(self.sid)})
+        self._compacted = self._compacted_ids()
+        self.tokens.forget()
         return node
+
+
+def _answered(context: list[Message]) -> list[Message]:
+    """The context with an 'outcome unknown' result after every call that has none.
+
+    OpenAI-compatible servers refuse a call without its result. ``recover``
+    stores those results for the batch the context ends with; an open call
+    further back (stored before results were matched by position) is answered
+    here, in the request only.
+    """
+    missing = unanswered_calls(context)
+    if not missing:
+        return context
+    answered: list[Message] = []
+    for i, message in enumerate(context):
+        answered.append(message)
+        answered += [_tool_message(call, UNKNOWN_OUTCOME) for last, call in missing if last == i]
+    return answered
 
 
 def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
@@ -434,11 +606,8 @@ def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
 def _reply_meta(answer: ModelReply) -> dict[str, Any]:
     return {
         "model": answer.model,
-        "usage": {
-            "prompt_tokens": answer.usage.prompt_tokens,
-            "completion_tokens": answer.usage.completion_tokens,
-        },
         "duration": round(answer.duration, 3),
         "request_id": answer.request_id,
         "done_reason": answer.done_reason,
+        "streamed": answer.streamed,
     }

@@ -9,7 +9,7 @@ and the names from the modules that do the work:
 * ``agent.ollama``: ``OllamaClient``, Ollama's native ``/api/chat``;
 * ``agent.openai_compat``: ``OpenAIClient``, ``/v1/chat/completions`` over SSE.
 
-The wire formats, quirks included, are written down in PROTOCOLS.md.
+The wire formats, quirks included, are written down in docs/PROTOCOLS.md.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import httpx
 from agent.errors import ModelConfigError
 from agent.http_chat import DEFAULT_TIMEOUT, RetryPolicy
 from agent.messages import (
+    UNREPORTED,
     Message,
     ModelReply,
     Usage,
@@ -74,6 +75,8 @@ def make_client(
     model: str | None = None,
     *,
     api_key_env: str = DEFAULT_API_KEY_ENV,
+    max_output_tokens: int | None = None,
+    stream_tools: bool | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | httpx.Timeout | None = None,
 ) -> ModelClient:
@@ -81,18 +84,37 @@ def make_client(
 
     Ollama defaults to ``OLLAMA_HOST`` (else http://127.0.0.1:11434) and the
     model ``gemma4``. OpenAI-compatible servers default to ``OPENAI_BASE_URL``
-    (else http://localhost:8000) and need a model name.
+    (else http://localhost:8000) and need a model name. ``max_output_tokens``
+    caps each reply (Ollama's ``num_predict``, OpenAI's ``max_tokens``);
+    ``stream_tools`` is the clients' setting of that name.
     """
     name = provider.strip().lower()
     if name == "ollama":
-        return OllamaClient(model or DEFAULT_OLLAMA_MODEL, base_url, retry=retry, timeout=timeout)
+        options = {"num_predict": max_output_tokens} if max_output_tokens else None
+        return OllamaClient(
+            model or DEFAULT_OLLAMA_MODEL,
+            base_url,
+            options=options,
+            stream_tools=stream_tools,
+            retry=retry,
+            timeout=timeout,
+        )
     if name == "openai":
         if not model:
             raise ModelConfigError(
                 "the openai provider needs a model name: the one the server serves "
                 "(GET <base URL>/v1/models lists them)"
             )
-        return OpenAIClient(model, base_url, api_key_env=api_key_env, retry=retry, timeout=timeout)
+        params = {"max_tokens": max_output_tokens} if max_output_tokens else None
+        return OpenAIClient(
+            model,
+            base_url,
+            api_key_env=api_key_env,
+            params=params,
+            stream_tools=stream_tools,
+            retry=retry,
+            timeout=timeout,
+        )
     raise ModelConfigError(
         f"unknown model provider {provider!r}: use one of {', '.join(PROVIDERS)}"
     )
@@ -110,6 +132,7 @@ __all__ = [
     "ModelReply",
     "OllamaClient",
     "OpenAIClient",
+    "UNREPORTED",
     "RetryPolicy",
     "ToolCallAssembler",
     "Usage",

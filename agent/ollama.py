@@ -21,6 +21,7 @@ from agent.messages import (
     Usage,
     assistant_message,
     normalised_done_reason,
+    reported_count,
     token_count,
     tool_call,
 )
@@ -108,7 +109,9 @@ class OllamaClient(HTTPChatClient):
     """Ollama's native API: ``POST /api/chat``, streamed as NDJSON.
 
     ``options`` goes into every request as Ollama's ``options`` (``num_ctx``,
-    ``temperature``, ...); ``think`` is sent when not None.
+    ``temperature``, ``num_predict``, ...); ``think`` is sent when not None.
+    ``stream_tools=False`` sends requests that offer tools unstreamed (Ollama
+    streams whole calls, so the default, None, streams them).
     """
 
     provider = "ollama"
@@ -120,6 +123,7 @@ class OllamaClient(HTTPChatClient):
         *,
         options: Mapping[str, Any] | None = None,
         think: bool | str | None = None,
+        stream_tools: bool | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | httpx.Timeout | None = None,
     ) -> None:
@@ -127,6 +131,7 @@ class OllamaClient(HTTPChatClient):
         super().__init__(model, url, retry, timeout)
         self.options = dict(options or {})
         self.think = think
+        self.stream_tools = stream_tools
 
     def _not_found_hint(self) -> str:
         return f"pull it with `ollama pull {self.model}`"
@@ -141,7 +146,7 @@ class OllamaClient(HTTPChatClient):
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [ollama_wire_message(m) for m in messages],
-            "stream": True,
+            "stream": not (tools and self.stream_tools is False),
         }
         if tools:
             body["tools"] = tools
@@ -159,6 +164,7 @@ class OllamaClient(HTTPChatClient):
         thinking: list[str] = []
         calls: list[dict[str, Any]] = []
         final: dict[str, Any] | None = None
+        # Unstreamed, the answer is one JSON object on one line: the same reader serves.
         with self._stream("/api/chat", body) as response:
             for line in response.iter_lines():
                 if not line.strip():
@@ -190,13 +196,16 @@ class OllamaClient(HTTPChatClient):
         model = final.get("model")
         return ModelReply(
             message=assistant_message("".join(content), "".join(thinking), calls),
+            # Both counts are omitempty: a missing one is unknown, not zero.
             usage=Usage(
-                token_count(final.get("prompt_eval_count")), token_count(final.get("eval_count"))
+                reported_count(final.get("prompt_eval_count")),
+                reported_count(final.get("eval_count")),
             ),
             done_reason=normalised_done_reason(final.get("done_reason"), bool(calls)),
             model=model if isinstance(model, str) and model else self.model,
             request_id=response.headers.get("x-request-id"),
             duration=time.monotonic() - started,
+            streamed=bool(body["stream"]),
         )
 
     def context_length(self) -> int | None:

@@ -2,7 +2,7 @@
 
 ``POST /v1/chat/completions`` streamed as server-sent events, with the
 fragments of streamed tool calls joined back into whole calls; the quirks of
-each server are written down in PROTOCOLS.md.
+each server are written down in docs/PROTOCOLS.md.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ import httpx
 
 from agent.http_chat import HTTPChatClient, RetryPolicy
 from agent.messages import (
+    UNREPORTED,
     Message,
     ModelReply,
     Usage,
     assistant_message,
     normalised_done_reason,
+    reported_count,
     token_count,
     tool_call,
 )
@@ -115,7 +117,7 @@ class ToolCallAssembler:
         call = self._calls[slot]
         if call_id and not call["id"]:
             call["id"] = call_id
-            self._by_id[call_id] = slot
+            self._by_id.setdefault(call_id, slot)
         if isinstance(name, str) and name and not call["name"]:
             call["name"] = name
         arguments = function.get("arguments")
@@ -125,13 +127,17 @@ class ToolCallAssembler:
             call["arguments"].append(json.dumps(arguments))
 
     def _slot(self, index: int | None, call_id: str | None, name: Any) -> int:
-        if call_id and call_id in self._by_id:
+        if index is not None:
+            # The index decides; a new id at an index in use is a new call
+            # (ollama#15457), and a known id at a new index is one too (a server
+            # that repeats ids within a reply).
+            if index in self._by_index:
+                known = self._calls[self._by_index[index]]
+                if not (call_id and known["id"] and known["id"] != call_id):
+                    return self._by_index[index]
+        elif call_id and call_id in self._by_id:
             return self._by_id[call_id]
-        if index is not None and index in self._by_index:
-            known = self._calls[self._by_index[index]]
-            if not (call_id and known["id"] and known["id"] != call_id):
-                return self._by_index[index]
-        elif index is None and self._calls and not call_id and not name:
+        elif self._calls and not call_id and not name:
             return len(self._calls) - 1
         self._calls.append({"id": "", "name": "", "arguments": []})
         slot = len(self._calls) - 1
@@ -164,12 +170,15 @@ class _OpenAIStream:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = Usage(
-                token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))
+                reported_count(usage.get("prompt_tokens")),
+                reported_count(usage.get("completion_tokens")),
             )
         elif self.usage is None and isinstance(chunk.get("timings"), dict):
             timings = chunk["timings"]
-            prompt = token_count(timings.get("prompt_n")) + token_count(timings.get("cache_n"))
-            self.usage = Usage(prompt, token_count(timings.get("predicted_n")))
+            prompt = reported_count(timings.get("prompt_n"))
+            if prompt is not None:
+                prompt += reported_count(timings.get("cache_n")) or 0
+            self.usage = Usage(prompt, reported_count(timings.get("predicted_n")))
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index") not in (0, None):
                 continue
@@ -202,6 +211,16 @@ class OpenAIClient(HTTPChatClient):
     request and sent as a Bearer token; it is never kept on the client, so it
     cannot end up in a session, a log line or a repr. ``params`` are merged into
     every request body (``temperature``, ``max_tokens``, ...).
+
+    Requests stream, and offer tools with ``tool_choice: "auto"`` (some servers,
+    llama-cpp-python among them, ignore tools without it). A server that
+    answers a stream with no event at all (llama-cpp-python does, for a
+    context overflow and for tool calls it cannot stream) is asked again
+    once without streaming, which brings its real error or its answer.
+    ``stream_tools``: None finds out whether requests with tools can stream
+    (after one empty stream that the unstreamed request answered, they are
+    no longer streamed), True always streams them, False never does.
+    What llama-cpp-python sends is in docs/PROTOCOLS.md section 3.6.
     """
 
     provider = "openai"
@@ -213,6 +232,7 @@ class OpenAIClient(HTTPChatClient):
         *,
         api_key_env: str = DEFAULT_API_KEY_ENV,
         params: Mapping[str, Any] | None = None,
+        stream_tools: bool | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | httpx.Timeout | None = None,
     ) -> None:
@@ -222,6 +242,7 @@ class OpenAIClient(HTTPChatClient):
         super().__init__(model, url, retry, timeout)
         self.api_key_env = api_key_env
         self.params = dict(params or {})
+        self.stream_tools = stream_tools
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "").strip()
@@ -244,29 +265,42 @@ class OpenAIClient(HTTPChatClient):
             **self.params,
             "model": self.model,
             "messages": [openai_wire_message(m) for m in messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
         }
         if tools:
             body["tools"] = tools
-        return self._with_retries(lambda: self._chat_once(body, on_text), on_retry)
+            body.setdefault("tool_choice", "auto")
+        return self._with_retries(lambda: self._chat_once(body, on_text, on_retry), on_retry)
 
     def _chat_once(
-        self, body: Mapping[str, Any], on_text: Callable[[str], None] | None
+        self,
+        body: dict[str, Any],
+        on_text: Callable[[str], None] | None,
+        on_retry: Callable[[str], None] | None,
     ) -> ModelReply:
         started = time.monotonic()
+        if body.get("tools") and self.stream_tools is False:
+            return self._unstreamed(body, on_text, started)
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
         reply = _OpenAIStream()
         finished = False
-        events = 0
-        with self._stream("/v1/chat/completions", body) as response:
-            if "json" in response.headers.get("content-type", ""):
+        events = lines = 0
+
+        def counted(raw: Iterable[str]) -> Iterator[str]:
+            nonlocal lines
+            for line in raw:
+                lines += 1
+                yield line
+
+        with self._stream("/v1/chat/completions", streamed) as response:
+            content_type = response.headers.get("content-type", "")
+            if "json" in content_type:
                 # A server that ignored stream=true answers one chat.completion.
                 chunk = self._json_object(response.read().decode(), "the completion")
                 self._check_chunk(chunk)
                 reply.feed(chunk, on_text)
                 finished = True
             else:
-                for kind, payload in sse_events(response.iter_lines()):
+                for kind, payload in sse_events(counted(response.iter_lines())):
                     events += 1
                     if payload.strip() == "[DONE]":
                         finished = True
@@ -277,22 +311,49 @@ class OpenAIClient(HTTPChatClient):
                     self._check_chunk(chunk)
                     reply.feed(chunk, on_text)
         if not finished and reply.finish_reason is None:
+            if not events and (lines == 0 or "event-stream" in content_type):
+                # An empty stream: llama-cpp-python's answer to a prompt over its
+                # window and to tool calls it cannot stream. The same request
+                # unstreamed gets its real error, or the answer.
+                if on_retry is not None:
+                    on_retry("the server sent an empty event stream; asking again unstreamed")
+                self._reconnect()  # llama-cpp-python closes that connection under the next request
+                answer = self._unstreamed(body, on_text, started)
+                if body.get("tools") and self.stream_tools is None:
+                    self.stream_tools = False  # it answers, so streaming was the trouble
+                return answer
             if not events:
                 # A complete body with no event in it is not a cut stream: retrying
                 # will not help (a web page, a proxy, the wrong provider).
                 raise self._protocol_error(
-                    f"a 200 reply with no server-sent events in it "
-                    f"(Content-Type {response.headers.get('content-type')!r})"
+                    f"a 200 reply with no server-sent events in it (Content-Type {content_type!r})"
                 )
             raise self._ended_early()
+        return self._reply(reply, started, response.headers.get("x-request-id"), True)
+
+    def _unstreamed(
+        self, body: Mapping[str, Any], on_text: Callable[[str], None] | None, started: float
+    ) -> ModelReply:
+        reply = _OpenAIStream()
+        completion = self._post_json("/v1/chat/completions", {**body, "stream": False})
+        self._check_chunk(completion)
+        if not isinstance(completion.get("choices"), list):
+            raise self._protocol_error("a chat completion without choices")
+        reply.feed(completion, on_text)
+        return self._reply(reply, started, None, False)
+
+    def _reply(
+        self, reply: _OpenAIStream, started: float, request_id: str | None, streamed: bool
+    ) -> ModelReply:
         calls = reply.tools.calls()
         return ModelReply(
             message=assistant_message("".join(reply.content), "".join(reply.thinking), calls),
-            usage=reply.usage or Usage(0, 0),
+            usage=reply.usage or UNREPORTED,
             done_reason=normalised_done_reason(reply.finish_reason, bool(calls)),
             model=reply.model or self.model,
-            request_id=response.headers.get("x-request-id") or reply.completion_id,
+            request_id=request_id or reply.completion_id,
             duration=time.monotonic() - started,
+            streamed=streamed,
         )
 
     def _check_chunk(self, chunk: Mapping[str, Any]) -> None:

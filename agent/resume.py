@@ -2,6 +2,10 @@
 (--continue), or any spec (--resume), where a node that is not a session's head
 starts a fork. And the project-root check that keeps a session's tools
 pointed at the directory it was made in.
+
+Choosing writes nothing: a new session, or a fork, is made by ``Choice.create``
+when the agent first appends to it, so a run that fails before the model
+answers leaves no session behind.
 """
 
 from __future__ import annotations
@@ -15,9 +19,21 @@ from objstore.resolve import project_root
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    session: str
+    session: str | None  # None until ``create`` makes it (how "new" or "forked")
     how: str  # "new", "resumed", "forked"
     project: Path
+    fork_spec: str | None = None  # forked: the spec as the user gave it
+    base: str | None = None  # forked: the node it named when chosen
+
+    def create(self, store: Store, model: str | None) -> str:
+        """Make the new session or the fork this choice stands for; return its id."""
+        if self.how == "forked":
+            assert self.fork_spec is not None and self.base is not None
+            # The spec as given records the session it came through; if that spec
+            # has moved since it was chosen, the node it named is forked instead.
+            same = store.lookup(self.fork_spec).node == self.base
+            return store.fork(self.fork_spec if same else self.base)
+        return store.new_session(root=self.project, model=model)
 
 
 def choose_session(
@@ -26,7 +42,6 @@ def choose_session(
     resume: str | None,
     continue_latest: bool,
     project: str | None,
-    model: str | None,
 ) -> Choice:
     """The session to work on, and the project directory its tools will see.
 
@@ -50,11 +65,12 @@ def choose_session(
         source = store.session(target.session) if target.session else None
         if source is not None and source.root and project is None:
             _check_root(source.root, here, source.id)
-        return Choice(store.fork(resume), "forked", here)
-    return Choice(store.new_session(root=here, model=model), "new", here)
+        return Choice(None, "forked", here, fork_spec=resume, base=target.node)
+    return Choice(None, "new", here)
 
 
 def _checked(store: Store, choice: Choice, project: str | None) -> Choice:
+    assert choice.session is not None
     root = store.session(choice.session).root
     if root and project is None:
         _check_root(root, choice.project, choice.session)

@@ -6,6 +6,9 @@ maintenance.py, ...) and register on ``cli``; main.py imports them all.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from typing import Any
 
 import click
@@ -14,6 +17,8 @@ from objstore import AgsError, Store
 
 from .output import visible
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for git killed by SIGPIPE
+
 
 class AgsGroup(click.Group):
     """Every ``AgsError`` becomes one line on stderr and exit status 1; a
@@ -21,7 +26,16 @@ class AgsGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader that left early shows up here, not at exit
+            return result
+        except BrokenPipeError:
+            # The reader of our output went away (ags show X | head): stop quietly,
+            # as git does. Later flushes of stdout go nowhere instead of failing again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            ctx.exit(EXIT_BROKEN_PIPE)
         except AgsError as e:  # messages quote names and values from sessions: made visible
             click.echo(f"ags: {visible(str(e))}", err=True)
         except OSError as e:  # the disk, not the user: full, read-only, out of file handles

@@ -13,11 +13,12 @@ from typing import Any
 
 import click
 
-from agent.errors import ModelError
-from agent.loop import Agent, AgentEvents, TurnResult
+from agent.errors import ModelError, ModelUnavailable
+from agent.loop import MAX_STEPS, Agent, AgentEvents, TurnResult
 from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
+from agent.tokens import describe_usage
 from agent.tools import Toolbox
 from objstore import AgsError, Store
 from objstore.resolve import project_root
@@ -48,6 +49,8 @@ class AgentOptions:
     provider: str
     base_url: str | None
     max_context_tokens: int | None
+    max_output_tokens: int | None
+    stream_tools: bool | None
     image: str | None
     network: bool
     project: str | None
@@ -68,6 +71,12 @@ def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "$OPENAI_BASE_URL for openai)."),
         click.option("--max-context-tokens", type=click.IntRange(min=256),
                      help="Context budget; compaction at 80% (default: the model's)."),
+        click.option("--max-output-tokens", type=click.IntRange(min=1),
+                     envvar="AGS_MAX_OUTPUT_TOKENS",
+                     help="Cap on each reply's tokens (default: the server's)."),
+        click.option("--stream-tools/--no-stream-tools", default=None,
+                     help="Stream requests that offer tools (default: yes, until a server "
+                          "shows it cannot)."),
         click.option("--image", envvar="AGS_IMAGE", help="Sandbox image."),
         click.option("--network", is_flag=True, help="Give the sandbox a network."),
         click.option("--project", type=click.Path(file_okay=False),
@@ -131,30 +140,51 @@ class TerminalEvents(AgentEvents):
 
 @contextmanager
 def running_agent(
-    store: Store, opts: AgentOptions, events: AgentEvents
+    ctx: click.Context, opts: AgentOptions, events: AgentEvents
 ) -> Iterator[tuple[Agent, Choice]]:
     """A fresh sandbox, the session chosen with its writer lock held, unanswered
     tool calls recovered; everything let go on the way out. The client and the
     sandbox come first: with a bad model setting or no Docker engine, nothing
-    is written."""
+    is written; a new session or a fork is written with the first answer."""
     project = Path(project_root(opts.project))
-    client = make_client(opts.provider, opts.base_url, opts.model)
+    client = make_client(
+        opts.provider,
+        opts.base_url,
+        opts.model,
+        max_output_tokens=opts.max_output_tokens,
+        stream_tools=opts.stream_tools,
+    )
     with closing(client), Sandbox.start(project, opts.image, opts.network) as sandbox:
+        store = open_store(ctx)  # only now: a bad setting must not even make a store
         choice = choose_session(
             store,
             resume=opts.resume,
             continue_latest=opts.continue_latest,
             project=opts.project,
-            model=client.model,
         )
+
+        def create() -> str:
+            sid = choice.create(store, client.model)
+            store.checkout(sid, root=choice.project)
+            if choice.how == "forked":
+                events.notice(f"forked into new session {sid}")
+            return sid
+
         toolbox = Toolbox(choice.project, sandbox, {})
         if isinstance(events, TerminalEvents):
             events.project = toolbox.root
-        agent = Agent(store, choice.session, client, toolbox, events)  # the writer lock
+        agent = Agent(
+            store, choice.session, client, toolbox, events, base=choice.base, create=create
+        )  # the writer lock
         try:
             agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
+            agent.check_budget(
+                "--max-context-tokens" if opts.max_context_tokens else "the model's window"
+            )
             agent.recover()
-            store.checkout(choice.session, root=choice.project)
+            head = store.head(choice.project)
+            if choice.session is not None and (head is None or head.session != choice.session):
+                store.checkout(choice.session, root=choice.project)
             yield agent, choice
         finally:
             agent.close()
@@ -163,6 +193,8 @@ def running_agent(
 def _model_context(client: ModelClient) -> int | None:
     try:
         length = client.context_length()
+    except ModelUnavailable:
+        raise  # no server: say so now, not after the chat call's retries too
     except ModelError:
         return None  # the first chat call will say what is wrong, more precisely
     return int(length) if length else None
@@ -171,16 +203,24 @@ def _model_context(client: ModelClient) -> int | None:
 @cli.command()
 @agent_options
 @click.option("--yes-tools", is_flag=True, help="Run mutating tools without asking.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=MAX_STEPS, show_default=True,
+              help="Model calls in the turn before it stops early.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary, not the stream.")
 @click.argument("prompt")
 @click.pass_context
 def run(
-    ctx: click.Context, prompt: str, yes_tools: bool, as_json: bool, opts: AgentOptions
+    ctx: click.Context,
+    prompt: str,
+    yes_tools: bool,
+    max_steps: int,
+    as_json: bool,
+    opts: AgentOptions,
 ) -> None:
     """One turn, for scripts: PROMPT goes to the model, tools run, the answer streams.
 
-    Exit status: 0 the model finished; 1 an error (one line on stderr);
-    3 stopped early (too many steps); 130 interrupted. Without a terminal,
+    Exit status: 0 the model finished; 1 an error (one line on stderr; nothing
+    of the turn is stored); 3 stopped early (too many steps, or the reply was
+    cut off by the output limit); 130 interrupted. Without a terminal,
     mutating tools are refused unless --yes-tools.
 
     \b
@@ -189,16 +229,14 @@ def run(
       ags run --continue "now run the tests" --json
       ags run --resume 3f2a~2 "try another way"    # forks there
     """
-    store = open_store(ctx)
     events = TerminalEvents(yes_tools=yes_tools, stream=not as_json)
-    with running_agent(store, opts, events) as (agent, choice):
-        if choice.how == "forked":
-            events.notice(f"forked into new session {choice.session}")
+    with running_agent(ctx, opts, events) as (agent, choice):
+        agent.max_steps = max_steps
         result = agent.turn(prompt)
         state = agent.state
     if as_json:
         emit_json({
-            "session": choice.session,
+            "session": agent.sid,
             "how": choice.how,
             "reply": result.reply,
             "done_reason": result.done_reason,
@@ -219,6 +257,7 @@ def _exit_status(result: TurnResult) -> int:
     return 0 if result.stopped is None else EXIT_STOPPED
 
 
+SESSION_COMMANDS = ("info", "title", "fork", "compact", "log", "rewind")
 CHAT_HELP = """\
 \\help             this list
 \\sessions         recent sessions
@@ -250,18 +289,19 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
     if sys.stdin.isatty():
         with suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-    store = open_store(ctx)
     events = TerminalEvents(yes_tools=False)
-    with running_agent(store, opts, events) as (agent, choice):
-        info = store.session(choice.session)
-        click.echo(
-            f"ags chat: session {short(info.id)} ({choice.how}, {info.messages} messages) "
-            f"with {agent.client.model}; \\help for commands",
-            err=True,
-        )
+    with running_agent(ctx, opts, events) as (agent, choice):
+        store = agent.store
+        if choice.session is None:
+            what = "a new session" if choice.how == "new" else f"a fork of {choice.fork_spec}"
+            where = f"{what} (saved from the first answer on)"
+        else:
+            info = store.session(choice.session)
+            where = f"session {short(info.id)} ({choice.how}, {info.messages} messages)"
+        click.echo(f"ags chat: {where} with {agent.client.model}; \\help for commands", err=True)
         while True:
             try:
-                line = input(style("> ", bold=True))
+                line = _read_line()
             except (EOFError, KeyboardInterrupt):
                 click.echo(err=True)
                 break
@@ -282,6 +322,21 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
                 events.notice(f"turn stopped: {result.stopped}")
 
 
+def _read_line() -> str:
+    """The next line the user typed. The prompt goes to the terminal only: piped
+    input gets none, and piped output keeps only the answers."""
+    if not sys.stdin.isatty():
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line
+    prompt = style("> ", bold=True)
+    if sys.stdout.isatty():
+        return input(prompt)  # readline redraws the prompt it was given
+    click.echo(prompt, nl=False, err=True)
+    return input()
+
+
 def _chat_command(store: Store, agent: Agent, line: str) -> bool:
     """Run one backslash command; False to leave the chat."""
     name, _, arg = line[1:].partition(" ")
@@ -297,14 +352,18 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
                 mark = "*" if s.id == sid else " "
                 click.echo(f"{mark} {short(s.id)}  {one_line(s.title, '(untitled)')[:40]:<40}  "
                            f"{relative_time(s.updated)}")  # fmt: skip
+        elif name not in SESSION_COMMANDS:
+            click.echo(f"unknown command \\{visible(name)}; \\help lists them", err=True)
+        elif sid is None:
+            click.echo(f"\\{name}: nothing yet; the session starts with the first answer",
+                       err=True)  # fmt: skip
         elif name == "info":
             s = store.session(sid)
-            usage = agent.state.get("usage", {})
+            usage = describe_usage(agent.state.get("usage", {}))
             click.echo(f"session {s.id}  {one_line(s.title, '(untitled)')}\n"
                        f"{s.messages} messages, about {agent.context_tokens()} tokens in context"
                        f" (limit {agent.max_context_tokens or 'unknown'})\n"
-                       f"tokens used: {usage.get('prompt_tokens', 0)} in, "
-                       f"{usage.get('completion_tokens', 0)} out; "
+                       f"tokens used: {usage}; "
                        f"retries {agent.state.get('retries', 0)}")  # fmt: skip
         elif name == "title":
             if not arg:
@@ -327,8 +386,6 @@ def _chat_command(store: Store, agent: Agent, line: str) -> bool:
             click.echo(
                 f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}"
             )
-        else:
-            click.echo(f"unknown command \\{visible(name)}; \\help lists them", err=True)
     except (AgsError, click.UsageError) as e:
         click.echo(f"ags: {visible(str(e))}", err=True)
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from agent.tokens import describe_usage
 from objstore import InvalidInput
 from objstore.stats import session_usage
 
@@ -20,6 +21,7 @@ from .output import (
     relative_time,
     short,
     style,
+    to_jsonable,
     visible,
 )
 
@@ -224,9 +226,13 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
     Example:
       ags info 3f2a
     """
-    usage = session_usage(open_store(ctx), session)
+    store = open_store(ctx)
+    usage = session_usage(store, session)
+    # The agent's totals say which calls the server counted (agent/tokens.py).
+    state = store.state(session) if usage.session.head else {}
+    totals = {**usage.usage, **(state.get("usage") or {})}
     if as_json:
-        emit_json(usage)
+        emit_json({**to_jsonable(usage), "usage": totals})
         return
     s = usage.session
     fork = s.forked_from or {}
@@ -242,7 +248,7 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
         ("forked from", f"{fork.get('session')} at {fork.get('node')}" if fork else "-"),
         ("messages", f"{s.messages} ({', '.join(f'{n} {r}' for r, n in usage.roles.items())})"),
         ("compactions", usage.compactions),
-        ("tokens", f"{usage.usage['prompt_tokens']} in, {usage.usage['completion_tokens']} out"),
+        ("tokens", describe_usage(totals)),
         ("objects", usage.objects),
         ("stored", f"{human_bytes(usage.stored_bytes)}: "
                    f"{human_bytes(usage.unique_stored_bytes)} its own, "

@@ -14,7 +14,8 @@ in process and in a ``--script`` file:
 ``text``            content, streamed in ``chunks`` pieces (default 3)
 ``thinking``        reasoning text, streamed before the content
 ``tool_calls``      ``[{"name", "arguments": {...}, "id"?, "arguments_raw"?}]``;
-                    ids are generated unless given or ``omit_ids`` is true;
+                    ids are generated unless given, ``omit_ids`` is true (no
+                    id at all) or ``empty_ids`` is true (``"id": ""``);
                     ``arguments_raw`` is sent verbatim (also on /api/chat,
                     which real Ollama never does)
 ``index_quirk``     OpenAI wire only: ``"same"`` gives every call index 0
@@ -43,17 +44,29 @@ the characters of all message contents // 4; completion tokens are the
 characters of the reply's text, thinking and tool-call arguments // 4, at
 least 1.
 
+``call_ids="counter"`` makes tool-call ids ``call_<reply>_<call>``, counted
+from ``call_0_0`` by each server instance, as a server's counter restarts with
+it; the default is each flavor's own (unique) form.
+
 ``flavor`` picks which OpenAI-compatible server is imitated: ``vllm`` (tool
 arguments in fragments, usage in a final ``choices: []`` chunk,
 ``max_model_len``), ``llamacpp`` (fragments, usage and ``timings`` on the
-finish chunk, ``/props``, ignores the model name) or ``ollama`` (whole tool
-calls in one delta, ``reasoning``).
+finish chunk, ``/props``, ignores the model name), ``ollama`` (whole tool
+calls in one delta, ``reasoning``) or ``llama_cpp_python`` (llama-cpp-python's
+server as docs/PROTOCOLS.md section 3.6 describes it: no usage in a stream,
+and a stream it cannot serve, a context overflow, gets an empty event
+stream; the same request unstreamed gets the 400, so the reply is served
+again to the next request). With ``function_calling`` false (the model's own
+chat template) it ignores tools; true (``--chat_format
+chatml-function-calling``) it calls them only when the request has a
+``tool_choice``, and only unstreamed: a streamed request with tools and a
+``tool_choice`` gets an empty event stream too.
 
 Run as a process: ``python tests/model_server.py --script FILE.json [--port 0]
 [--record FILE.jsonl]`` prints ``PORT <n>`` once listening. The script is a
 list of replies, or an object with ``replies`` plus any ``FakeModelServer``
 option (``models``, ``flavor``, ``context_length``, ``runtime_context``,
-``modelfile_num_ctx``, ``api_key``, ``reject_over_context``). ``--record``
+``modelfile_num_ctx``, ``api_key``, ``reject_over_context``, ``call_ids``). ``--record``
 appends every request received as one JSON line.
 """
 
@@ -148,6 +161,8 @@ class FakeModelServer:
         modelfile_num_ctx: int | None = None,
         api_key: str | None = None,
         reject_over_context: bool = False,
+        call_ids: str = "flavor",
+        function_calling: bool = False,
         port: int = 0,
         record_path: Path | None = None,
     ) -> None:
@@ -158,12 +173,15 @@ class FakeModelServer:
         self.modelfile_num_ctx = modelfile_num_ctx
         self.api_key = api_key
         self.reject_over_context = reject_over_context
+        self.call_ids = call_ids
+        self.function_calling = function_calling
         self.record_path = record_path
         self.requests: list[RecordedRequest] = []
         self.loaded: set[str] = set()
         self._replies: deque[dict[str, Any]] = deque(replies)
         self._lock = threading.Lock()
         self._calls = 0
+        self._replies_with_calls = 0
         self._httpd = _HTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.fake = self
         self._thread: threading.Thread | None = None
@@ -229,6 +247,11 @@ class FakeModelServer:
         with self._lock:
             return self._replies.popleft() if self._replies else {"text": DEFAULT_TEXT}
 
+    def _serve_again(self, reply: dict[str, Any]) -> None:
+        """Give ``reply`` to the next request too (it was not really served)."""
+        with self._lock:
+            self._replies.appendleft(reply)
+
     def _next_call_id(self, style: str) -> str:
         with self._lock:
             self._calls += 1
@@ -237,7 +260,16 @@ class FakeModelServer:
             return f"chatcmpl-tool-{n:032x}"
         if style == "llamacpp":
             return f"{n:032d}"
+        if style == "llama_cpp_python":
+            return f"call__{n}_cmpl-{n:08x}-0000-4000-8000-{n:012x}"
         return f"call_{n:08x}"  # Ollama: call_ plus 8 lowercase letters or digits
+
+    def _next_counter(self) -> int:
+        """The number of replies with tool calls served before this one."""
+        with self._lock:
+            n = self._replies_with_calls
+            self._replies_with_calls += 1
+        return n
 
     def _knows(self, model: Any) -> bool:
         return isinstance(model, str) and _tagged(model) in {_tagged(m) for m in self.models}
@@ -282,6 +314,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch(body)
 
     def _dispatch(self, body: Any) -> None:
+        if getattr(self, "_broken", False):
+            # llama-cpp-python (uvicorn) closes a connection whose stream it broke
+            # off, under the next request sent on it.
+            self.close_connection = True
+            with suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         path = self.path.split("?", 1)[0]
         headers = {k.lower(): v for k, v in self.headers.items()}
         self.fake._record(RecordedRequest(self.command, path, headers, body))
@@ -409,6 +448,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
             self._send_json(400, {"error": {**error, "n_prompt_tokens": asked, "n_ctx": window}})
+        elif style == "llama_cpp_python":
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you "
+                f"requested {asked} tokens ({asked} in the messages, None in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+            error = {"message": message, "type": "invalid_request_error"}
+            error |= {"param": "messages", "code": "context_length_exceeded"}
+            self._send_json(400, {"error": error})
         elif style == "llamacpp_500":
             self._send_json(
                 500,
@@ -438,7 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _common_checks(self, body: dict[str, Any], openai: bool) -> dict[str, Any] | None:
         """The reply to serve, or None when the request was already answered."""
         model = body.get("model")
-        ignores_model = openai and self.fake.flavor == "llamacpp"
+        ignores_model = openai and self.fake.flavor in {"llamacpp", "llama_cpp_python"}
         if not ignores_model and not self.fake._knows(model):
             if not openai:
                 self._send_json(404, {"error": f"model '{model}' not found"})
@@ -452,10 +500,20 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.fake._next_reply()
         if reply.get("delay"):
             time.sleep(float(reply["delay"]))
+        tokens = prompt_tokens(body.get("messages"))
+        over = self.fake.reject_over_context and tokens > self.fake.runtime_context
+        if openai and self.fake.flavor == "llama_cpp_python" and body.get("stream"):
+            calling = self.fake.function_calling and body.get("tools") and body.get("tool_choice")
+            if reply.get("context_overflow") or over or calling:
+                self.fake._serve_again(reply)
+                self._start_stream("text/event-stream")
+                self._end_stream()
+                self._broken = True
+                return None
         if self._error_reply(reply, openai):
             return None
-        tokens = prompt_tokens(body.get("messages"))
-        if self.fake.reject_over_context and tokens > self.fake.runtime_context:
+        if over:
+            self.fake._serve_again(reply)  # refused before the model saw it
             self._overflow(None, openai, tokens)
             return None
         if isinstance(model, str):
@@ -474,11 +532,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _calls(self, reply: dict[str, Any], style: str) -> list[dict[str, Any]]:
         """The reply's tool calls with ids filled in as this server would."""
+        scripted = reply.get("tool_calls", [])
+        counter = self.fake._next_counter() if scripted and self.fake.call_ids == "counter" else 0
         calls = []
-        for call in reply.get("tool_calls", []):
-            call_id = call.get("id") or (
-                None if reply.get("omit_ids") else self.fake._next_call_id(style)
-            )
+        for i, call in enumerate(scripted):
+            call_id: str | None
+            if "id" in call:
+                call_id = call["id"]
+            elif reply.get("omit_ids"):
+                call_id = None
+            elif reply.get("empty_ids"):
+                call_id = ""
+            elif self.fake.call_ids == "counter":
+                call_id = f"call_{counter}_{i}"
+            else:
+                call_id = self.fake._next_call_id(style)
             calls.append({**call, "id": call_id})
         return calls
 
@@ -544,7 +612,7 @@ class _Handler(BaseHTTPRequestHandler):
         wire: dict[str, Any] = {
             "function": {"index": index, "name": call["name"], "arguments": arguments}
         }
-        if call.get("id"):
+        if call.get("id") is not None:
             wire = {"id": call["id"], **wire}
         return wire
 
@@ -628,6 +696,12 @@ class _Handler(BaseHTTPRequestHandler):
         flavor = self.fake.flavor
         model = body.get("model") or "model"
         usage = self._usage(body, reply)
+        calling = self.fake.function_calling and body.get("tool_choice")
+        if flavor == "llama_cpp_python" and not calling:
+            # Its chat formats ignore tools, and chatml-function-calling does
+            # unless a tool_choice is given.
+            reply = {k: v for k, v in reply.items() if k != "tool_calls"}
+            reply.setdefault("text", DEFAULT_TEXT)
         calls = self._calls(reply, flavor)
         completion_id = f"chatcmpl-{len(self.fake.requests):08x}"
         finish = reply.get("done_reason") or ("tool_calls" if calls else "stop")
@@ -650,6 +724,9 @@ class _Handler(BaseHTTPRequestHandler):
                 message[reasoning_key] = reply["thinking"]
             if calls:
                 message["tool_calls"] = [self._openai_whole_call(i, c) for i, c in enumerate(calls)]
+                if flavor == "llama_cpp_python":  # and the legacy field, name and all
+                    function = message["tool_calls"][0]["function"]
+                    message["function_call"] = {**function, "name": function["name"] + ":"}
             payload: dict[str, Any] = {
                 "id": completion_id,
                 "object": "chat.completion",
@@ -662,7 +739,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, payload)
             return
 
+        # llama-cpp-python sends no usage in a stream, whatever stream_options say.
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if flavor == "llama_cpp_python":
+            include_usage, usage_body = False, None
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             out: dict[str, Any] = {
@@ -677,7 +757,11 @@ class _Handler(BaseHTTPRequestHandler):
             return out
 
         chunks = int(reply.get("chunks", 3))
-        first = {"role": "assistant", "content": None if flavor == "llamacpp" else ""}
+        first: dict[str, Any] = {"role": "assistant", "content": ""}
+        if flavor == "llamacpp":
+            first["content"] = None
+        elif flavor == "llama_cpp_python":
+            del first["content"]
         events: list[dict[str, Any]] = [chunk(first)]
         events += [chunk({reasoning_key: p}) for p in _pieces(reply.get("thinking", ""), chunks)]
         events += [chunk({"content": p}) for p in _pieces(reply.get("text", ""), chunks)]
@@ -723,7 +807,7 @@ class _Handler(BaseHTTPRequestHandler):
             "type": "function",
             "function": {"name": call["name"], "arguments": self._arguments_text(call)},
         }
-        if call.get("id"):
+        if call.get("id") is not None:
             whole["id"] = call["id"]
         return whole
 
@@ -740,7 +824,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "type": "function",
                 "function": {"name": call["name"], "arguments": ""},
             }
-            if call.get("id"):
+            if call.get("id") is not None:
                 head["id"] = call["id"]
             tail = [
                 {"index": index, "function": {"arguments": piece}}
@@ -758,7 +842,9 @@ class _Handler(BaseHTTPRequestHandler):
         flavor = self.fake.flavor
         data: list[dict[str, Any]] = []
         for name in self.fake.models:
-            entry: dict[str, Any] = {"id": name, "object": "model", "created": CREATED}
+            entry: dict[str, Any] = {"id": name, "object": "model"}
+            if flavor != "llama_cpp_python":
+                entry["created"] = CREATED
             if flavor == "vllm":
                 entry |= {
                     "owned_by": "vllm",
@@ -772,6 +858,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "owned_by": "llamacpp",
                     "meta": {"n_ctx_train": self.fake.context_length, "n_vocab": 262144},
                 }
+            elif flavor == "llama_cpp_python":
+                entry |= {"owned_by": "me", "permissions": []}  # no window anywhere
             else:
                 entry |= {"id": _tagged(name), "owned_by": "library"}
             data.append(entry)

@@ -34,6 +34,7 @@ from agent.models import (
     OllamaClient,
     OpenAIClient,
     RetryPolicy,
+    Usage,
     make_client,
     ollama_host_url,
 )
@@ -138,12 +139,22 @@ def test_openai_reads_llamacpp_usage_and_reasoning_from_the_finish_chunk(
     assert reply.usage.prompt_tokens == prompt_tokens([USER])
 
 
-def test_missing_usage_is_zero_not_a_crash(
-    model_server: FakeModelServer, ollama: OllamaClient, openai: OpenAIClient
+@pytest.mark.parametrize("flavor", ["vllm", "llamacpp", "ollama"])
+def test_missing_usage_is_unknown_and_a_real_zero_stays_zero(
+    model_server: FakeModelServer, ollama: OllamaClient, openai: OpenAIClient, flavor: str
 ) -> None:
-    model_server.add({"text": "a", "omit_usage": True}, {"text": "b", "omit_usage": True})
-    assert ollama.chat([USER]).usage.prompt_tokens == 0
-    assert openai.chat([USER]).usage.completion_tokens == 0
+    model_server.flavor = flavor
+    zero = {"prompt_tokens": 0, "completion_tokens": 0}
+    model_server.add(
+        {"text": "a", "omit_usage": True},
+        {"text": "b", "omit_usage": True},
+        {"text": "c", "usage": zero},
+        {"text": "d", "usage": zero},
+    )
+    assert ollama.chat([USER]).usage == Usage(None, None)
+    assert openai.chat([USER]).usage == Usage(None, None)
+    assert ollama.chat([USER]).usage == Usage(0, 0)
+    assert openai.chat([USER]).usage == Usage(0, 0)
 
 
 # --- tool calls ------------------------------------------------------------------
@@ -538,6 +549,100 @@ def test_a_web_page_instead_of_an_event_stream_is_not_retried(
     with pytest.raises(ModelProtocolError, match="no server-sent events"):
         openai.chat([USER])
     assert len(model_server.chat_bodies()) == 1
+
+
+# --- what llama-cpp-python's server showed -------------------------------------
+
+
+def test_tools_go_with_tool_choice_auto(
+    model_server: FakeModelServer, openai: OpenAIClient
+) -> None:
+    """llama-cpp-python ignores tools sent without a tool_choice."""
+    model_server.add({"text": "a"}, {"text": "b"})
+    openai.chat([USER], [READ_TOOL])
+    openai.chat([USER])
+    with_tools, without = model_server.chat_bodies()
+    assert with_tools["tools"] == [READ_TOOL] and with_tools["tool_choice"] == "auto"
+    assert "tools" not in without and "tool_choice" not in without
+
+
+def test_an_empty_stream_is_asked_again_unstreamed_and_its_real_error_acted_on(
+    model_server: FakeModelServer, openai: OpenAIClient
+) -> None:
+    """llama-cpp-python answers a streamed prompt over its window with 200 and no
+    event; only the unstreamed request gets the 400 that says why."""
+    model_server.flavor = "llama_cpp_python"
+    model_server.add({"context_overflow": True})
+    notices: list[str] = []
+    with pytest.raises(ContextTooLong, match="window of 32768"):
+        openai.chat([USER], on_retry=notices.append)
+    streamed, unstreamed = model_server.chat_bodies()
+    assert streamed["stream"] is True and unstreamed["stream"] is False
+    assert "stream_options" not in unstreamed
+    assert notices and "empty event stream" in notices[0]
+    assert openai.stream_tools is None  # not a tool call: nothing learnt
+
+
+def test_tool_calls_a_server_cannot_stream_come_unstreamed_from_then_on(
+    model_server: FakeModelServer, openai: OpenAIClient
+) -> None:
+    model_server.flavor = "llama_cpp_python"
+    model_server.function_calling = True
+    read = {"name": "read_file", "arguments": {"path": "a.txt"}}
+    model_server.add({"tool_calls": [read]}, {"tool_calls": [read]}, {"text": "plain"})
+    first = openai.chat([USER], [READ_TOOL])
+    second = openai.chat([USER], [READ_TOOL])
+    plain = openai.chat([USER])
+    assert [c["name"] for c in first.message["tool_calls"]] == ["read_file"]
+    assert [c["arguments"] for c in second.message["tool_calls"]] == [{"path": "a.txt"}]
+    assert (first.streamed, second.streamed, plain.streamed) == (False, False, True)
+    assert [b["stream"] for b in model_server.chat_bodies()] == [True, False, False, True]
+    assert openai.stream_tools is False
+    assert first.usage.reported and not plain.usage.reported  # counts only unstreamed
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_a_setting_forces_unstreamed_requests_when_tools_are_offered(
+    model_server: FakeModelServer, provider: str
+) -> None:
+    model_server.add({"tool_calls": [{"name": "read_file", "arguments": {}}]}, {"text": "b"})
+    with closing(
+        make_client(provider, model_server.url, "gemma4", stream_tools=False, retry=FAST)
+    ) as client:
+        reply = client.chat([USER], [READ_TOOL])
+        client.chat([USER])
+    assert reply.message["tool_calls"][0]["name"] == "read_file" and not reply.streamed
+    assert [b["stream"] for b in model_server.chat_bodies()] == [False, True]
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+def test_the_output_limit_is_sent_in_each_wire_format(
+    model_server: FakeModelServer, provider: str
+) -> None:
+    model_server.add({"text": "a"})
+    with closing(
+        make_client(provider, model_server.url, "gemma4", max_output_tokens=64, retry=FAST)
+    ) as client:
+        client.chat([USER])
+    body = model_server.chat_bodies()[0]
+    assert (body.get("max_tokens") or body["options"]["num_predict"]) == 64
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("localhost:8000", "did you mean http://localhost:8000"),
+        ("127.0.0.1:11434", "did you mean http://127.0.0.1:11434"),
+        ("ftp://example.com", "needs http:// or https://"),
+        ("http://", "names no host"),
+    ],
+)
+def test_an_unusable_base_url_is_refused_when_the_client_is_made(
+    provider: str, url: str, says: str
+) -> None:
+    with pytest.raises(ModelConfigError, match=re.escape(says)):
+        make_client(provider, url, "gemma4")
 
 
 # --- credentials -----------------------------------------------------------------
