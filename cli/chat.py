@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,19 +19,20 @@ from agent.loop import MAX_STEPS, Agent, AgentEvents, TurnResult
 from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
-from agent.tokens import describe_usage
 from agent.tools import Toolbox
-from objstore import AgsError, Store
+from objstore import AgsError, InvalidInput, Store
 from objstore.resolve import project_root
 
 from .app import cli, open_store
 from .approval import approval_request
-from .history import entry_lines
+from .chat_commands import COMMANDS, ChatCommands
+from .chat_input import ChatCompleter, ChatPrompt, history_path, open_history
+from .chat_view import TerminalView, ToolResult, make_console, status_line
 from .output import (
     emit_json,
+    emit_lines,
     first_line,
     one_line,
-    relative_time,
     short,
     style,
     tool_call_summary,
@@ -95,15 +97,19 @@ def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class TerminalEvents(AgentEvents):
-    """Streams the answer to stdout, everything else to stderr; asks before mutating
-    tools, showing all of what it asks about (approval.py). Everything a model, a
-    tool or a server wrote is printed made visible (output.visible)."""
+    """The plain, line-based output (a pipe, a script, ``ags run``): the answer
+    streamed to stdout as it comes, everything else to stderr; asks before
+    mutating tools, showing all of what it asks about (approval.py). Everything
+    a model, a tool or a server wrote is printed made visible (output.visible).
+    On a terminal, ``ags chat`` shows turns with ``chat_view.TerminalView``."""
 
     def __init__(self, *, yes_tools: bool, stream: bool = True) -> None:
         self.yes_tools = yes_tools
         self.stream = stream
         self.ask = sys.stdin.isatty()
         self.project = Path.cwd()  # the project the file tools work in; set once known
+        self.results: list[ToolResult] = []
+        self._call: tuple[str, Any] | None = None
 
     def text(self, fragment: str) -> None:
         if self.stream:
@@ -113,10 +119,15 @@ class TerminalEvents(AgentEvents):
         click.echo(style(f"ags: {visible(message)}", dim=True), err=True)
 
     def tool_started(self, name: str, arguments: Any) -> None:
+        self._call = (name, arguments)
         call = {"name": name, "arguments": arguments}
         click.echo(style(f"\n-> {tool_call_summary(call)}", fg="magenta"), err=True)
 
     def tool_finished(self, name: str, content: str, ok: bool) -> None:
+        if self._call is not None:
+            number = len(self.results) + 1
+            self.results.append(ToolResult(number, name, self._call[1], content, ok))
+            self._call = None
         mark = "ok" if ok else "failed"
         click.echo(style(f"   {mark}: {first_line(content, 100)}", dim=True), err=True)
 
@@ -138,10 +149,78 @@ class TerminalEvents(AgentEvents):
         return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
 
 
+class Workplace:
+    """What a chat keeps while its session may change (``\\resume``): the store,
+    the model client, the sandbox over the project and the tools; and the
+    agent working on the session now, which holds that session's writer lock."""
+
+    def __init__(
+        self,
+        store: Store,
+        client: ModelClient,
+        toolbox: Toolbox,
+        events: AgentEvents,
+        opts: AgentOptions,
+        choice: Choice,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.toolbox = toolbox
+        self.events = events
+        self.opts = opts
+        self.choice = choice
+        self.agent = self._open(choice)
+
+    def _open(self, choice: Choice) -> Agent:
+        """An agent on ``choice``: its writer lock taken, its budget checked, its
+        unanswered tool calls recovered, and checked out for the project."""
+        store, client, events = self.store, self.client, self.events
+
+        def create() -> str:
+            sid = choice.create(store, client.model)
+            store.checkout(sid, root=choice.project)
+            if choice.how == "forked":
+                events.notice(f"forked into new session {sid}")
+            return sid
+
+        agent = Agent(
+            store, choice.session, client, self.toolbox, events, base=choice.base, create=create
+        )  # the writer lock
+        try:
+            agent.max_context_tokens = self.opts.max_context_tokens or _model_context(client)
+            agent.check_budget(
+                "--max-context-tokens" if self.opts.max_context_tokens else "the model's window"
+            )
+            agent.recover()
+            head = store.head(choice.project)
+            if choice.session is not None and (head is None or head.session != choice.session):
+                store.checkout(choice.session, root=choice.project)
+        except BaseException:
+            agent.close()
+            raise
+        return agent
+
+    def switch(self, spec: str) -> None:
+        """Work on the session (or a fork at the node) ``spec`` names from now on.
+        It must belong to this project: the sandbox is this project's. The
+        current session is let go only once the new one is ready."""
+        choice = choose_session(
+            self.store, resume=spec, continue_latest=False, project=self.opts.project
+        )
+        if choice.session is not None and choice.session == self.agent.sid:
+            raise InvalidInput(f"already in session {short(choice.session)}")
+        agent = self._open(choice)
+        self.agent.close()
+        self.agent, self.choice = agent, choice
+
+    def close(self) -> None:
+        self.agent.close()
+
+
 @contextmanager
 def running_agent(
     ctx: click.Context, opts: AgentOptions, events: AgentEvents
-) -> Iterator[tuple[Agent, Choice]]:
+) -> Iterator[Workplace]:
     """A fresh sandbox, the session chosen with its writer lock held, unanswered
     tool calls recovered; everything let go on the way out. The client and the
     sandbox come first: with a bad model setting or no Docker engine, nothing
@@ -162,32 +241,14 @@ def running_agent(
             continue_latest=opts.continue_latest,
             project=opts.project,
         )
-
-        def create() -> str:
-            sid = choice.create(store, client.model)
-            store.checkout(sid, root=choice.project)
-            if choice.how == "forked":
-                events.notice(f"forked into new session {sid}")
-            return sid
-
         toolbox = Toolbox(choice.project, sandbox, {})
-        if isinstance(events, TerminalEvents):
+        if isinstance(events, TerminalEvents | TerminalView):
             events.project = toolbox.root
-        agent = Agent(
-            store, choice.session, client, toolbox, events, base=choice.base, create=create
-        )  # the writer lock
+        place = Workplace(store, client, toolbox, events, opts, choice)
         try:
-            agent.max_context_tokens = opts.max_context_tokens or _model_context(client)
-            agent.check_budget(
-                "--max-context-tokens" if opts.max_context_tokens else "the model's window"
-            )
-            agent.recover()
-            head = store.head(choice.project)
-            if choice.session is not None and (head is None or head.session != choice.session):
-                store.checkout(choice.session, root=choice.project)
-            yield agent, choice
+            yield place
         finally:
-            agent.close()
+            place.close()
 
 
 def _model_context(client: ModelClient) -> int | None:
@@ -230,7 +291,8 @@ def run(
       ags run --resume 3f2a~2 "try another way"    # forks there
     """
     events = TerminalEvents(yes_tools=yes_tools, stream=not as_json)
-    with running_agent(ctx, opts, events) as (agent, choice):
+    with running_agent(ctx, opts, events) as place:
+        agent, choice = place.agent, place.choice
         agent.max_steps = max_steps
         result = agent.turn(prompt)
         state = agent.state
@@ -257,19 +319,6 @@ def _exit_status(result: TurnResult) -> int:
     return 0 if result.stopped is None else EXIT_STOPPED
 
 
-SESSION_COMMANDS = ("info", "title", "fork", "compact", "log", "rewind")
-CHAT_HELP = """\
-\\help             this list
-\\sessions         recent sessions
-\\info             this session
-\\title NAME       rename this session
-\\fork             fork here; prints the new id (resume it with ags chat --resume ID)
-\\compact [focus]  summarise older turns now
-\\log              the last messages
-\\rewind N         go back N messages (undo: ags rewind ID ID@{1})
-\\exit             leave (Ctrl-D too)"""
-
-
 @cli.command()
 @agent_options
 @click.pass_context
@@ -280,25 +329,128 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
     tool and keeps everything so far; a crash loses nothing and the next
     resume marks unfinished tool calls. Type \\help for commands.
 
+    On a terminal the answer is rendered as Markdown as it streams, tools are
+    shown in a few lines each (\\show N has all of a result), approvals take
+    one key (y, n, a), and the prompt keeps a history across runs. With
+    stdin or stdout not a terminal it is plain text, answers alone on stdout.
+
     \b
     Examples:
       ags chat
       ags chat --continue
       ags chat --resume 3f2a~4 --model qwen3 --provider openai --base-url http://localhost:8000
     """
+    if sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
+        _terminal_chat(ctx, opts)
+    else:
+        _plain_chat(ctx, opts)
+
+
+def _banner(place: Workplace) -> str:
+    choice = place.choice
+    if choice.session is None:
+        what = "a new session" if choice.how == "new" else f"a fork of {choice.fork_spec}"
+        return f"{what} (saved from the first answer on)"
+    info = place.store.session(choice.session)
+    return f"session {short(info.id)} ({choice.how}, {info.messages} messages)"
+
+
+def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
+    """The chat on a terminal: chat_view.py shows it, chat_input.py reads it."""
+    console = make_console()
+    view = TerminalView(console, Path.cwd())
+    with running_agent(ctx, opts, view) as place:
+        store = place.store
+        history, kept = open_history(history_path())
+        completer = ChatCompleter(COMMANDS, store)
+        prompt = ChatPrompt(completer, history)
+        help_extra = (
+            "Enter sends; Alt-Enter, Ctrl-J or a trailing \\ starts a new line; Tab completes;\n"
+            "Up/Down: history, " + kept + ";\n"
+            "Ctrl-C stops an answer or a tool, clears the input, twice at an empty prompt leaves."
+        )
+        commands = ChatCommands(
+            store, lambda: place.agent, place.switch, view.results, _ConsolePrinter(view),
+            help_extra,
+        )  # fmt: skip
+        view.say(
+            f"ags chat · {_banner(place)} · {one_line(place.client.model)} · "
+            "\\help for commands, Ctrl-D to leave",
+            "dim",
+        )
+        while True:
+            try:
+                line = prompt.read(status_line(place.agent))
+            except EOFError:
+                break
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("\\"):
+                if not commands.run(line):
+                    break
+                continue
+            agent = place.agent
+            agent.interrupts.pending = False  # a Ctrl-C after the last turn was for that one
+            view.begin_turn()
+            try:
+                result = agent.turn(line)
+            except AgsError as e:  # the model failed, the context is full: the chat goes on
+                view.end_turn(None)
+                view.error(str(e))
+                continue
+            except BaseException:
+                view.end_turn(None)  # the terminal as it was, whatever happened
+                raise
+            view.end_turn(result)
+
+
+class _ConsolePrinter:
+    """Command output on the terminal: text, never markup; long output paged."""
+
+    def __init__(self, view: TerminalView) -> None:
+        self.view = view
+
+    def line(self, text: str = "") -> None:
+        self.view.say(text)
+
+    def error(self, text: str) -> None:
+        self.view.say(text, "red")
+
+    def long(self, lines: Sequence[str]) -> None:
+        if len(lines) + 2 > self.view.console.height:
+            click.echo_via_pager("\n".join(lines) + "\n", color=False)
+        else:
+            for line in lines:
+                self.view.say(line)
+
+
+class _PlainPrinter:
+    """Command output in the plain chat: stdout, errors on stderr."""
+
+    def line(self, text: str = "") -> None:
+        click.echo(text)
+
+    def error(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def long(self, lines: Sequence[str]) -> None:
+        emit_lines(lines)
+
+
+def _plain_chat(ctx: click.Context, opts: AgentOptions) -> None:
+    """The line-based chat: for pipes, scripts, and terminals that cannot do more."""
     if sys.stdin.isatty():
         with suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
     events = TerminalEvents(yes_tools=False)
-    with running_agent(ctx, opts, events) as (agent, choice):
-        store = agent.store
-        if choice.session is None:
-            what = "a new session" if choice.how == "new" else f"a fork of {choice.fork_spec}"
-            where = f"{what} (saved from the first answer on)"
-        else:
-            info = store.session(choice.session)
-            where = f"session {short(info.id)} ({choice.how}, {info.messages} messages)"
-        click.echo(f"ags chat: {where} with {agent.client.model}; \\help for commands", err=True)
+    with running_agent(ctx, opts, events) as place:
+        commands = ChatCommands(
+            place.store, lambda: place.agent, place.switch, events.results, _PlainPrinter()
+        )
+        click.echo(
+            f"ags chat: {_banner(place)} with {place.client.model}; \\help for commands",
+            err=True,
+        )
         while True:
             try:
                 line = _read_line()
@@ -309,11 +461,11 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
             if not line:
                 continue
             if line.startswith("\\"):
-                if not _chat_command(store, agent, line):
+                if not commands.run(line):
                     break
                 continue
             try:
-                result = agent.turn(line)
+                result = place.agent.turn(line)
             except AgsError as e:  # the model failed, the context is full: the chat goes on
                 click.echo(f"\nags: {visible(str(e))}", err=True)
                 continue
@@ -335,59 +487,3 @@ def _read_line() -> str:
         return input(prompt)  # readline redraws the prompt it was given
     click.echo(prompt, nl=False, err=True)
     return input()
-
-
-def _chat_command(store: Store, agent: Agent, line: str) -> bool:
-    """Run one backslash command; False to leave the chat."""
-    name, _, arg = line[1:].partition(" ")
-    arg = arg.strip()
-    sid = agent.sid
-    try:
-        if name in ("exit", "quit", "q"):
-            return False
-        if name == "help":
-            click.echo(CHAT_HELP)
-        elif name == "sessions":
-            for s in store.sessions()[:15]:
-                mark = "*" if s.id == sid else " "
-                click.echo(f"{mark} {short(s.id)}  {one_line(s.title, '(untitled)')[:40]:<40}  "
-                           f"{relative_time(s.updated)}")  # fmt: skip
-        elif name not in SESSION_COMMANDS:
-            click.echo(f"unknown command \\{visible(name)}; \\help lists them", err=True)
-        elif sid is None:
-            click.echo(f"\\{name}: nothing yet; the session starts with the first answer",
-                       err=True)  # fmt: skip
-        elif name == "info":
-            s = store.session(sid)
-            usage = describe_usage(agent.state.get("usage", {}))
-            click.echo(f"session {s.id}  {one_line(s.title, '(untitled)')}\n"
-                       f"{s.messages} messages, about {agent.context_tokens()} tokens in context"
-                       f" (limit {agent.max_context_tokens or 'unknown'})\n"
-                       f"tokens used: {usage}; "
-                       f"retries {agent.state.get('retries', 0)}")  # fmt: skip
-        elif name == "title":
-            if not arg:
-                raise click.UsageError("\\title needs a NAME")
-            store.set_title(sid, arg)
-            click.echo(f"title: {visible(arg)}")
-        elif name == "fork":
-            click.echo(f"forked: {store.fork(sid)} (ags chat --resume that id)")
-        elif name == "compact":
-            agent.compact(arg or None)
-        elif name == "log":
-            entries = list(store.log(sid))[:10][::-1]
-            for entry in entries:
-                click.echo("\n".join(entry_lines(entry, oneline=True)))
-        elif name == "rewind":
-            steps = int(arg) if arg.isdigit() else 0
-            if steps < 1:
-                raise click.UsageError("\\rewind needs a number of messages, like \\rewind 2")
-            node = agent.rewind(steps)
-            click.echo(
-                f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}"
-            )
-    except (AgsError, click.UsageError) as e:
-        click.echo(f"ags: {visible(str(e))}", err=True)
-    except KeyboardInterrupt:
-        click.echo("ags: interrupted; nothing changed", err=True)
-    return True
