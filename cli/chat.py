@@ -26,7 +26,7 @@ from objstore.resolve import project_root
 from .app import cli, open_store
 from .approval import approval_request
 from .chat_commands import COMMANDS, ChatCommands
-from .chat_input import ChatCompleter, ChatPrompt, history_path, open_history
+from .chat_input import ChatCompleter, ChatPrompt, history_path, open_history, quiet_keys
 from .chat_view import TerminalView, ToolResult, make_console, status_line
 from .output import (
     emit_json,
@@ -200,7 +200,7 @@ class Workplace:
             raise
         return agent
 
-    def switch(self, spec: str) -> None:
+    def switch(self, spec: str) -> str:
         """Work on the session (or a fork at the node) ``spec`` names from now on.
         It must belong to this project: the sandbox is this project's. The
         current session is let go only once the new one is ready."""
@@ -212,6 +212,7 @@ class Workplace:
         agent = self._open(choice)
         self.agent.close()
         self.agent, self.choice = agent, choice
+        return _banner(self)
 
     def close(self) -> None:
         self.agent.close()
@@ -393,7 +394,8 @@ def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
             agent.interrupts.pending = False  # a Ctrl-C after the last turn was for that one
             view.begin_turn()
             try:
-                result = agent.turn(line)
+                with quiet_keys():
+                    result = agent.turn(line)
             except AgsError as e:  # the model failed, the context is full: the chat goes on
                 view.end_turn(None)
                 view.error(str(e))

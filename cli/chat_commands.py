@@ -67,7 +67,7 @@ class ChatCommands:
         self,
         store: Store,
         agent: Callable[[], Agent],
-        switch: Callable[[str], None],
+        switch: Callable[[str], str],
         results: list[ToolResult],
         printer: Printer,
         help_extra: str = "",
@@ -106,7 +106,7 @@ class ChatCommands:
         elif name == "resume":
             if not arg:
                 raise click.UsageError("\\resume needs a session id (Tab completes them)")
-            self.switch(arg)
+            self.out.line(f"now in {self.switch(arg)}")
         elif name in ("show", "last"):
             self._show(name, arg)
         elif name not in SESSION_COMMANDS:

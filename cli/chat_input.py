@@ -23,7 +23,7 @@ import stat
 import sys
 import termios
 from collections.abc import Iterable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -212,6 +212,26 @@ class ChatPrompt:
                 self._leaving = True
 
         return keys
+
+
+@contextmanager
+def quiet_keys() -> Iterator[None]:
+    """Keys typed while a turn runs are not echoed into its output (they wait
+    for the next prompt, or are dropped by an approval); Ctrl-C still stops the
+    turn (the terminal still turns it into SIGINT)."""
+    fd = sys.stdin.fileno()
+    try:
+        saved = termios.tcgetattr(fd)
+    except (OSError, termios.error):
+        yield  # not a terminal after all
+        return
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ICANON)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def read_key(keys: str) -> str:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import click
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.text import Text
 
@@ -69,16 +69,22 @@ class TerminalView(AgentEvents):
         self._live: Live | None = None
         self._activity = _Activity()
         self._call: tuple[str, Any] | None = None  # the tool call running now
+        self._last = ""  # what the turn printed last, "text" or "tool": a blank line between
 
     # -- a turn ----------------------------------------------------------------
 
     def begin_turn(self) -> None:
+        self.console.print()
         self._activity.set("waiting for the model")
+        self._last = ""
         self._start_live()
 
     def end_turn(self, result: TurnResult | None) -> None:
         self._settle()
         self._stop_live()
+        if self._call is not None:  # the tool running when the turn ended
+            self._call = None
+            self.say("  ⎿  interrupted: it was stopped; its effects may be partial", "yellow")
         if result is not None and result.stopped == "interrupted":
             self.say("stopped (Ctrl-C); all that was said so far is kept", "yellow")
         elif result is not None and result.stopped:
@@ -87,7 +93,9 @@ class TerminalView(AgentEvents):
 
     def text(self, fragment: str) -> None:
         if self._stream is None:
-            self._stream = MarkdownStream(self.console.print)
+            spaced = self._last == "tool"
+            self._stream = MarkdownStream(self._print, guard=self._guard, spaced=spaced)
+            self._last = "text"
         self._stream.height = max(self.console.height - 4, 3)
         self._activity.set("writing")
         self._stream.feed(visible(fragment, multiline=True))
@@ -99,22 +107,24 @@ class TerminalView(AgentEvents):
     def tool_started(self, name: str, arguments: Any) -> None:
         self._settle()
         self._call = (name, arguments)
+        if self._last == "text":
+            self._print(Text(""))
+        self._last = "tool"
         line = Text("⏺ ", style="magenta")
         line.append(call_line(name, arguments, self.console.width - 2), style="bold")
-        self.console.print(line)
+        self._print(line)
         self._activity.set(f"running {one_line(name)}")
 
     def tool_finished(self, name: str, content: str, ok: bool) -> None:
         self._settle()
         if self._call is None:  # refused before it started: nothing ran
-            self.console.print(Text("  ⎿  declined", style="yellow"))
+            self._print(Text("  ⎿  declined", style="yellow"))
             return
         _, arguments = self._call
         self._call = None
         result = ToolResult(len(self.results) + 1, name, arguments, content, ok)
         self.results.append(result)
-        for line in result_lines(result, self.console.width):
-            self.console.print(line)
+        self._print(*result_lines(result, self.console.width))
         self._activity.set("waiting for the model")
 
     def approve(self, name: str, arguments: Any) -> str:
@@ -156,7 +166,21 @@ class TerminalView(AgentEvents):
 
     def say(self, text: str, style: str | None = None) -> None:
         """A line of ags's own (already visible), in ``style``."""
-        self.console.print(Text(text, style=style or ""))
+        self._print(Text(text, style=style or ""))
+
+    def _print(self, *renderables: RenderableType) -> None:
+        """Print above the live region, if there is one. Under the Live's lock:
+        rich positions the cursor from the live region's last height and learns
+        the new one only while it prints, so a refresh from its thread in
+        between would move the cursor by the wrong count and overwrite lines."""
+        with self._guard():
+            for renderable in renderables:
+                self.console.print(renderable)
+
+    def _guard(self) -> AbstractContextManager[Any]:
+        """The live region's lock (reentrant), held while printing above it."""
+        live = self._live
+        return live._lock if live is not None else nullcontext()
 
     def error(self, message: str) -> None:
         self.say(f"ags: {visible(message)}", "red")
@@ -241,14 +265,15 @@ def call_line(name: str, arguments: Any, width: int) -> str:
     if isinstance(args.get("path"), str):
         extra = ""
         if name == "write_file" and isinstance(args.get("content"), str):
-            extra = f"  ({_count(args['content'].count(chr(10)) + 1, 'line')})"
+            extra = f"  ({_count(_line_count(args['content']), 'line')})"
         return _cut(f"{shown} {visible(args['path'])}", width - len(extra)) + extra
     return _cut(tool_call_summary({"name": name, "arguments": args}), width)
 
 
 def result_lines(result: ToolResult, width: int) -> list[Text]:
-    """A tool result in a few lines: its status (for ``shell`` the exit code), how
-    long it is, the first RESULT_LINES lines, and how to see the rest."""
+    """A tool result in a few lines: its status (for ``shell`` the exit code), and
+    its output: one line beside the status; else how many lines, the first
+    RESULT_LINES of them, and the ``\\show N`` that shows all."""
     output, status = (
         shell_status(result.content) if result.name == "shell" else (result.content, None)
     )
@@ -257,9 +282,15 @@ def result_lines(result: ToolResult, width: int) -> list[Text]:
         status = "ok" if result.ok else "failed"
     head = Text("  ⎿  ", style="dim")
     head.append(status, style="green" if result.ok else "red")
+    room = max(width - len(INDENT) - 1, 20)
+    if not lines:
+        head.append(" · no output", style="dim")
+        return [head]
+    if len(lines) == 1 and len(head) + 3 + len(visible(lines[0])) <= width:
+        head.append(" · " + visible(lines[0]), style="dim")
+        return [head]
     head.append(f" · {_count(len(lines), 'line')} · \\show {result.number}", style="dim")
     out = [head]
-    room = max(width - len(INDENT) - 1, 20)
     for line in lines[:RESULT_LINES]:
         out.append(Text(INDENT + " " + _cut(visible(line), room), style="dim"))
     if len(lines) > RESULT_LINES:
@@ -294,6 +325,10 @@ def _tokens(n: int) -> str:
     if n < 100_000:
         return f"{n / 1000:.1f}k"
     return f"{n // 1000}k"
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
 def _count(n: int, what: str) -> str:

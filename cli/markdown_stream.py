@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Final
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Final
 
 from markdown_it import MarkdownIt
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -46,11 +47,19 @@ class MarkdownStream:
     above the live region. Render the stream itself (it is a rich renderable)
     to show the block being written."""
 
-    def __init__(self, print_block: Callable[[RenderableType], None], height: int = 20) -> None:
+    def __init__(
+        self,
+        print_block: Callable[[RenderableType], None],
+        height: int = 20,
+        guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        *,
+        spaced: bool = False,
+    ) -> None:
         self._print = print_block
         self.height = height
+        self._guard = guard  # held while a block moves from the live part to the printed one
         self._open = ""  # what is not printed yet: the current block and the partial line
-        self._printed = False  # a block is printed: the next one comes after a blank line
+        self._printed = spaced  # a block is printed: the next one comes after a blank line
         self._parser = MarkdownIt().enable("strikethrough").enable("table")  # as rich parses
 
     @property
@@ -74,26 +83,27 @@ class MarkdownStream:
         if len(starts) < 2:
             return
         cut = starts[-1]
-        finished = "\n".join(lines[:cut])
-        self._open = "\n".join(lines[cut:]) + "\n" + partial
-        self._show(finished)
+        with self._guard():
+            self._open = "\n".join(lines[cut:]) + "\n" + partial
+            self._show("\n".join(lines[:cut]))
 
     def finish(self) -> None:
         """Print what is left: the answer is complete, or stopped."""
-        rest, self._open = self._open, ""
-        if rest.strip():
-            self._show(rest)
+        with self._guard():
+            rest, self._open = self._open, ""
+            if rest.strip():
+                self._show(rest)
 
     def _show(self, source: str) -> None:
-        self._print(_Block(source, spaced=self._printed))
-        self._printed = True
+        spaced, self._printed = self._printed, True
+        self._print(_Block(source, spaced=spaced))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        source = self._open  # one read: the stream may be fed meanwhile
+        source, spaced = self._open, self._printed  # the stream may be fed meanwhile
         if not source.strip():
             return
         height = max(self.height, 3)
-        block = _Block(_window(source, height), spaced=self._printed)
+        block = _Block(_window(source, height), spaced=spaced)
         yield from _joined(block.lines(console, options)[-height:])
 
 
