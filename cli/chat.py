@@ -366,7 +366,7 @@ def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
         completer = ChatCompleter(COMMANDS, store)
         prompt = ChatPrompt(completer, history)
         help_extra = (
-            "Enter sends; Alt-Enter, Ctrl-J or a trailing \\ starts a new line; Tab completes;\n"
+            "Enter sends; Alt-Enter or a trailing \\ starts a new line; Tab completes;\n"
             "Up/Down: history, " + kept + ";\n"
             "Ctrl-C stops an answer or a tool, clears the input, twice at an empty prompt leaves."
         )

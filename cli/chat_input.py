@@ -2,8 +2,8 @@
 history across runs, multi-line input, completion of backslash commands and
 session ids, the status line under it) and single-key answers.
 
-Keys at the prompt: Enter sends; Alt-Enter or Ctrl-J starts a new line, and so
-does Enter after a trailing backslash (the backslash is dropped); Tab
+Keys at the prompt: Enter sends; Alt-Enter starts a new line, and so does
+Enter after a trailing backslash (the backslash is dropped); Tab
 completes; Up and Down walk the history; Ctrl-C clears what is typed, and at
 an empty prompt asks to be pressed again to leave; Ctrl-D at an empty prompt
 leaves.
@@ -184,8 +184,8 @@ class ChatPrompt:
     def _bindings(self) -> KeyBindings:
         keys = KeyBindings()
 
+        # Not Ctrl-J: a terminal in cooked mode turns Enter typed ahead into it.
         @keys.add("escape", "enter")
-        @keys.add("c-j")
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 

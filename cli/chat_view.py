@@ -130,8 +130,7 @@ class TerminalView(AgentEvents):
     def approve(self, name: str, arguments: Any) -> str:
         self._settle()
         with self._paused():
-            self._show_request(name, arguments)
-            paged = False
+            paged = self._show_request(name, arguments)
             while True:
                 keys = "ynap" if paged else "yna"
                 self.console.print(_question(name, paged), end="")
@@ -147,7 +146,8 @@ class TerminalView(AgentEvents):
                 self.console.print(Text(ANSWERS[key], style="bold"))
                 return ANSWERS[key]
 
-    def _show_request(self, name: str, arguments: Any) -> None:
+    def _show_request(self, name: str, arguments: Any) -> bool:
+        """Show all of the request: through the pager (True) if it is taller than the screen."""
         lines = approval_request(name, arguments, self.project, self._width())
         if len(lines) + 3 > self.console.height:  # never cut: the pager shows it all
             _page(lines)
@@ -155,9 +155,10 @@ class TerminalView(AgentEvents):
             head.append(f"(all {len(lines)} lines shown in the pager; p shows them again)",
                         style="dim")  # fmt: skip
             self.console.print(head)
-            return
+            return True
         for line in _styled_request(lines):
             self.console.print(line)
+        return False
 
     def _width(self) -> int:
         return min(self.console.width, 120)
@@ -300,23 +301,34 @@ def result_lines(result: ToolResult, width: int) -> list[Text]:
 
 
 def status_line(agent: Agent) -> str:
+    """The line under the prompt for ``agent`` (``status_text``)."""
+    return status_text(
+        agent.client.model,
+        agent.sid,
+        agent.context_tokens(),
+        agent.max_context_tokens,
+        agent.state.get("usage") or {},
+    )
+
+
+def status_text(
+    model: str, session: str | None, used: int, limit: int | None, usage: dict[str, Any]
+) -> str:
     """Model, session, context used (tokens, and % of the limit when known), and the
     tokens the session's model calls have cost, saying what is estimated."""
-    session = short(agent.sid, 8) if agent.sid else "new"
-    used = agent.context_tokens()
-    limit = agent.max_context_tokens
+    sid = short(session, 8) if session else "new"
     if limit:
         context = f"context {_tokens(used)}/{_tokens(limit)} ({used * 100 // limit}%)"
     else:
         context = f"context {_tokens(used)} (limit unknown)"
-    counted, estimated = spent_tokens(agent.state.get("usage") or {})
+    counted, estimated = spent_tokens(usage)
     if not estimated:
         spent = f"spent {_tokens(counted)} tokens"
     elif not counted:
         spent = f"spent ~{_tokens(estimated)} tokens (estimated: the server reports none)"
     else:
         spent = f"spent {_tokens(counted)} + ~{_tokens(estimated)} estimated tokens"
-    return f"{one_line(agent.client.model)} · session {session} · {context} · {spent}"
+    return f"{one_line(model)} · session {sid} · {context} · {spent}"
 
 
 def _tokens(n: int) -> str:

@@ -75,11 +75,37 @@ def chat(tmp_path: Path, server: FakeModelServer, image: str, project: Path):
         terminal.close()
 
 
-def ready(terminal: Tmux, timeout: float = 60) -> str:
-    """Wait for the prompt to be back, with its status line; the screen."""
-    return terminal.wait_for(
-        lambda s: PROMPT.search(s) is not None and "· spent " in s, timeout=timeout
-    )
+def ready(terminal: Tmux, after: str = "", timeout: float = 60) -> str:
+    """Wait for an empty prompt with its status line (below the line ``> after``
+    when given, so the prompt being answered is not taken for the next one);
+    return the scrollback from that line on."""
+
+    def back(text: str) -> bool:
+        if after:
+            if f"> {after}" not in text:
+                return False
+            text = text[text.rindex(f"> {after}") :]
+        return PROMPT.search(text) is not None and "· spent " in text
+
+    seen = terminal.wait_for(back, timeout=timeout, whole=True)
+    return seen[seen.rindex(f"> {after}") :] if after else terminal.screen()
+
+
+def shown_after(terminal: Tmux, typed: str, text: str, timeout: float = 60) -> str:
+    """Wait for ``text`` below the line ``> typed``; the scrollback from that line on."""
+
+    def below(seen: str) -> bool:
+        return f"> {typed}" in seen and text in seen[seen.rindex(f"> {typed}") :]
+
+    seen = terminal.wait_for(below, timeout=timeout, whole=True)
+    return seen[seen.rindex(f"> {typed}") :]
+
+
+def ask(terminal: Tmux, text: str, timeout: float = 60) -> str:
+    """Type ``text`` and Enter; wait for the turn to end; what it showed."""
+    terminal.type(text)
+    terminal.send("Enter")
+    return ready(terminal, text, timeout)
 
 
 def history_of(store_path: Path) -> list[dict[str, Any]]:
@@ -113,10 +139,7 @@ def test_a_turn_as_a_person_sees_it(tmp_path, server, chat, project):
     assert re.search(r"gemma4 · session new · context [\d.k]+/[\d.k]+ \(\d+%\) · spent 0 tokens",
                      screen), screen  # fmt: skip
 
-    terminal.type("hello")
-    terminal.send("Enter")
-    screen = terminal.wait_for("Done.")
-    screen = ready(terminal)
+    screen = ask(terminal, "hello")
     assert "Plan" in screen and "# Plan" not in screen and "**" not in screen
     assert "Some bold words, [bold]no markup[/bold], :warning: and a \\x1b]0;pwned\\x07 title." in (
         screen
@@ -128,19 +151,18 @@ def test_a_turn_as_a_person_sees_it(tmp_path, server, chat, project):
 
     terminal.type("run it")
     terminal.send("Enter")
-    screen = terminal.wait_for("Allow?")
+    screen = shown_after(terminal, "run it", "Allow?")
     assert "shell: run in the sandbox (timeout 60 s):" in screen
     assert "echo one; seq 1 12; exit 3" in screen
     terminal.send("y")
-    screen = terminal.wait_for("It failed with exit code 3.")
+    screen = ready(terminal, "run it")
+    assert "It failed with exit code 3." in screen
     assert "⏺ shell echo one; seq 1 12; exit 3" in screen
     assert "⎿  exit code 3 · 13 lines · \\show 1" in screen
     assert "… 9 more lines" in screen and "\n     4\n" not in screen
-    ready(terminal)
 
-    terminal.type("\\show 1")
-    terminal.send("Enter")
-    screen = terminal.wait_for("[exit code 3]")
+    screen = ask(terminal, "\\show 1")
+    assert "[exit code 3]" in screen
     assert all(f"\n{n}\n" in screen for n in range(1, 13))  # all of it
 
     terminal.send("C-c")  # at an empty prompt: asks
@@ -159,7 +181,7 @@ def test_a_turn_as_a_person_sees_it(tmp_path, server, chat, project):
 
 def test_a_long_answer_is_printed_once_as_it_streams(tmp_path, server, chat):
     blocks = []
-    for n in range(60):
+    for n in range(80):
         if n % 3 == 0:
             blocks.append(f"Paragraph {n} says something\nover two lines, number {n}.")
         elif n % 3 == 1:
@@ -173,9 +195,7 @@ def test_a_long_answer_is_printed_once_as_it_streams(tmp_path, server, chat):
     terminal = chat()
     ready(terminal)
     before = terminal.written()
-    terminal.type("tell me everything")
-    terminal.send("Enter")
-    ready(terminal, timeout=120)
+    ask(terminal, "tell me everything", timeout=120)
     drawn = terminal.written() - before
     seen = terminal.scrollback()
     expected = [line for line in answer.splitlines() if line and not line.startswith("```")]
@@ -186,7 +206,7 @@ def test_a_long_answer_is_printed_once_as_it_streams(tmp_path, server, chat):
     start = shown.index("Paragraph 0 says something over two lines, number 0.")
     joined = [e for b in _paragraphs(expected) for e in b]
     assert shown[start : start + len(joined)] == joined
-    assert seen.count("value_59_11 = compute(11)") == 1
+    assert seen.count("value_77_11 = compute(11)") == 1
     # Drawing cost: the answer once, plus the live region while it streamed;
     # re-rendering the whole answer for each of the 900 pieces would be ~1000x.
     plain = len(answer.encode())
@@ -228,38 +248,38 @@ def test_approvals_show_everything_and_take_one_key(tmp_path, server, chat, proj
     terminal.wait_for("+line 59")
     terminal.send("q")
     screen = terminal.wait_for("Allow?")
-    assert "write_file: create big.txt (60 lines, 530 bytes): (all 61 lines shown in the pager" in (
-        screen
+    assert "write_file: create big.txt (60 lines, 470 bytes): (all 61 lines shown in the pager" in (
+        screen.replace("\n", " ")
     )
     assert "p page again" in screen
     terminal.send("n")
-    screen = ready(terminal)
+    screen = ready(terminal, "write a tall file")
     assert "⎿  declined" in screen and "not written" in screen
     assert not (project / "big.txt").exists()
 
     terminal.type("run a long one")
     terminal.send("Enter")
-    screen = terminal.wait_for("Allow?")
+    screen = shown_after(terminal, "run a long one", "Allow?")
     unwrapped = re.sub(r"\n\s*↪ ", "", screen)
     assert long_command in unwrapped  # the whole command, wrapped, never cut
     terminal.send("Escape")  # Escape is no
-    ready(terminal)
+    ready(terminal, "run a long one")
 
     terminal.type("edit the readme")
     terminal.send("Enter")
     time.sleep(0.3)
     terminal.type("y")  # typed ahead while the model thinks: must not approve
-    screen = terminal.wait_for("Allow?")
+    shown_after(terminal, "edit the readme", "Allow?")
     time.sleep(0.5)
-    screen = terminal.screen()
-    assert "always" not in screen.split("Allow?")[1] and "yes" not in screen.split("Allow?")[1]
+    screen = shown_after(terminal, "edit the readme", "Allow?")
+    assert re.search(r"^Allow\? .*\(edit_file, this chat\) *$", screen, re.M), screen  # unanswered
     assert (project / "README.md").read_text() == "# demo\n"
     assert "    -# demo" in screen and "    +# demo two" in screen
     coloured = terminal.screen(colours=True)
     added = next(line for line in coloured.splitlines() if "+# demo two" in line)
     assert "\x1b[32m" in added  # green
     terminal.send("a")
-    screen = ready(terminal)
+    screen = ready(terminal, "edit the readme")
     assert "always" in screen and "edited" in screen
     assert (project / "README.md").read_text() == "# demo two\n"
     terminal.send("C-d")
@@ -278,24 +298,21 @@ def test_ctrl_c_stops_an_answer_then_a_tool_and_the_chat_goes_on(tmp_path, serve
     terminal.send("Enter")
     terminal.wait_for("slow slow slow")
     terminal.send("C-c")
-    screen = ready(terminal)
+    screen = ready(terminal, "talk slowly")
     assert "stopped (Ctrl-C); all that was said so far is kept" in screen
 
     terminal.type("run the job")
     terminal.send("Enter")
-    terminal.wait_for("Allow?")
+    shown_after(terminal, "run the job", "Allow?")
     terminal.send("y")
-    terminal.wait_for("running shell")
+    shown_after(terminal, "run the job", "running shell")
     began = time.monotonic()
     terminal.send("C-c")
-    screen = ready(terminal)
+    screen = ready(terminal, "run the job")
     assert time.monotonic() - began < 20
     assert "⎿  interrupted" in screen
 
-    terminal.type("are you there?")
-    terminal.send("Enter")
-    terminal.wait_for("still here")
-    ready(terminal)
+    assert "still here" in ask(terminal, "are you there?")
     terminal.send("C-d")
     assert terminal.exit_status() == 0
     stored = history_of(tmp_path / "store")
@@ -310,10 +327,7 @@ def test_history_across_runs_completion_and_resume(tmp_path, server, chat):
     server.add({"text": "first answer"})
     first = chat()
     ready(first)
-    first.type("the first question")
-    first.send("Enter")
-    first.wait_for("first answer")
-    ready(first)
+    assert "first answer" in ask(first, "the first question")
     first.send("C-d")
     assert first.exit_status() == 0
     with Store.open(tmp_path / "store") as s:

@@ -86,11 +86,12 @@ class Tmux:
         """The program's exit status, once it has ended."""
         deadline = time.monotonic() + timeout
         while True:
-            dead, status = self._tmux(
-                "display-message", "-p", "#{pane_dead} #{pane_dead_status}"
-            ).split()
-            if dead == "1":
-                return int(status)
+            shown = self._tmux(
+                "display-message", "-p", "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
+            )
+            dead, status, signal = shown.strip().split(":")
+            if dead == "1" and (status or signal):
+                return int(status) if status else -int(signal)
             if time.monotonic() > deadline:
                 pytest.fail(f"the program did not end; the screen:\n{self.screen()}")
             time.sleep(0.1)
