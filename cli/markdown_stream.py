@@ -60,6 +60,7 @@ class MarkdownStream:
         self._guard = guard  # held while a block moves from the live part to the printed one
         self._open = ""  # what is not printed yet: the current block and the partial line
         self._printed = spaced  # a block is printed: the next one comes after a blank line
+        self._rule = False  # the last block printed was a horizontal rule
         self._parser = MarkdownIt().enable("strikethrough").enable("table")  # as rich parses
 
     @property
@@ -75,17 +76,17 @@ class MarkdownStream:
         if _unclosed_fence(complete):
             return  # a code block being written: nothing in it can end a block but its fence
         lines = complete.split("\n")
-        starts = [
-            token.map[0]
+        blocks = [
+            token
             for token in self._parser.parse(complete + "\n")
             if token.level == 0 and token.nesting >= 0 and token.map is not None
         ]
-        if len(starts) < 2:
+        if len(blocks) < 2:
             return
-        cut = starts[-1]
+        cut = blocks[-1].map[0] if blocks[-1].map else 0
         with self._guard():
             self._open = "\n".join(lines[cut:]) + "\n" + partial
-            self._show("\n".join(lines[:cut]))
+            self._show("\n".join(lines[:cut]), rule=blocks[-2].type == "hr")
 
     def finish(self) -> None:
         """Print what is left: the answer is complete, or stopped."""
@@ -94,12 +95,19 @@ class MarkdownStream:
             if rest.strip():
                 self._show(rest)
 
-    def _show(self, source: str) -> None:
-        spaced, self._printed = self._printed, True
+    def _show(self, source: str, *, rule: bool = False) -> None:
+        """Print ``source`` for good; ``rule``: it ends with a horizontal rule."""
+        spaced = self._spaced()
+        self._printed, self._rule = True, rule
         self._print(_Block(source, spaced=spaced))
 
+    def _spaced(self) -> bool:
+        """Whether the next block comes after a blank line: after another block,
+        except after a rule (which rich draws with no blank line under it)."""
+        return self._printed and not self._rule
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        source, spaced = self._open, self._printed  # the stream may be fed meanwhile
+        source, spaced = self._open, self._spaced()  # the stream may be fed meanwhile
         if not source.strip():
             return
         height = max(self.height, 3)
