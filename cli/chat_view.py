@@ -7,7 +7,7 @@ on. The status line under the prompt comes from ``status_line``.
 Everything from a session, a model, a tool or a server is printed made visible
 (``output.visible``) and as text, never as rich markup: the console is made
 with markup, emoji codes and highlighting off, and text goes in as ``Text``.
-The plain output for pipes and scripts is ``chat.TerminalEvents``.
+The plain output for pipes and scripts is ``plain_chat.PlainEvents``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from agent.loop import Agent, AgentEvents, TurnResult
+from agent.loop import Agent, TurnResult
 from agent.tokens import spent_tokens
 from agent.tools import shell_status
 
@@ -32,6 +32,7 @@ from .approval import INDENT, WRAPPED, approval_request
 from .chat_input import read_key
 from .markdown_stream import MarkdownStream
 from .output import one_line, short, tool_call_summary, visible
+from .workplace import ProjectEvents
 
 RESULT_LINES: Final = 4  # lines of a tool's output shown under its call
 SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -58,7 +59,7 @@ class ToolResult:
         return call_line(self.name, self.arguments, width)
 
 
-class TerminalView(AgentEvents):
+class TerminalView(ProjectEvents):
     """The events of the agent loop, shown on a terminal (see the module doc)."""
 
     def __init__(self, console: Console, project: Path) -> None:

@@ -82,7 +82,7 @@ class Tmux:
                 pytest.fail(f"the terminal never showed {what!r}; it shows:\n{text}")
             time.sleep(0.1)
 
-    def exit_status(self, timeout: float = 30) -> int:
+    def exit_status(self, timeout: float = 120) -> int:
         """The program's exit status, once it has ended."""
         deadline = time.monotonic() + timeout
         while True:
