@@ -8,6 +8,7 @@ can also count what drawing the screen cost.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -30,8 +31,10 @@ class Tmux:
         width: int = 100,
         height: int = 30,
     ) -> None:
-        if shutil.which("tmux") is None:
-            pytest.skip("tmux is not installed (apt-get install tmux)")
+        if shutil.which("tmux") is None or shutil.which("less") is None:
+            if os.environ.get("AGS_REQUIRE_TMUX") == "1":
+                pytest.fail("tmux and less are required (AGS_REQUIRE_TMUX=1)")
+            pytest.skip("tmux or less is not installed (apt-get install tmux less)")
         self.socket = workdir / "tmux.sock"
         self.record = workdir / "terminal.bytes"
         config = workdir / "tmux.conf"
