@@ -7,8 +7,11 @@ otherwise it is plain text (plain_chat.py), as ``ags run`` always is.
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -117,7 +120,7 @@ def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
     """The chat on a terminal: chat_view.py shows it, chat_input.py reads it."""
     console = make_console()
     view = TerminalView(console, Path.cwd())
-    with running_agent(ctx, opts, view) as place:
+    with running_agent(ctx, opts, view) as place, between_turns():
         store = place.store
         history, kept = open_history(history_path())
         completer = ChatCompleter(COMMANDS, store)
@@ -161,6 +164,21 @@ def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
                 view.end_turn(None)  # the terminal as it was, whatever happened
                 raise
             view.end_turn(result)
+
+
+@contextmanager
+def between_turns() -> Iterator[None]:
+    """A Ctrl-C that lands between turns does nothing. The prompt reads Ctrl-C
+    as a key and a turn stops at it (the loop's Interrupts); one pressed just
+    as an answer ends falls between the two, and must not end the chat."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals only reach the main thread
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _ConsolePrinter:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 import os
 import random
+import signal
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from prompt_toolkit.history import InMemoryHistory
 from rich.console import Console
 
 from agent.tools import shell_status
+from cli.chat import between_turns
 from cli.chat_commands import COMMANDS
 from cli.chat_input import ChatCompleter, PrivateHistory, open_history
 from cli.chat_view import TerminalView, ToolResult, result_lines, status_text
@@ -222,3 +225,12 @@ def test_completion_of_commands_and_session_ids(tmp_path):
         assert offered("\\resume build") == [(sid, "fix the \\x1b[31mbuild")]
         assert offered("\\resume zzzz") == []
         assert offered("\\title ") == []  # takes no session
+
+
+def test_a_ctrl_c_between_turns_does_not_end_the_chat():
+    with between_turns():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs here: it must not raise
+    with pytest.raises(KeyboardInterrupt):  # and the usual handling is back after
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
