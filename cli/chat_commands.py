@@ -44,7 +44,7 @@ CHAT_HELP: Final = """\
 \\compact [focus]  summarise older turns now
 \\log              the last messages
 \\rewind N         go back N messages (undo: ags rewind ID ID@{1})
-\\show N, \\last    tool result N (as numbered under it), or the last one, in full
+\\show N, \\last    the Nth tool result of this chat, or the last one, in full
 \\exit             leave (Ctrl-D too)"""
 
 
