@@ -8,9 +8,11 @@ can also count what drawing the screen cost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -40,7 +42,7 @@ class Tmux:
         config = workdir / "tmux.conf"
         # The pane stays when the program ends, so its exit status can be read.
         config.write_text("set -g remain-on-exit on\nset -g history-limit 50000\n")
-        env = {**env, "TERM": "xterm-256color"}
+        env = {**env, "TERM": "xterm-256color", "PYTHONFAULTHANDLER": "1"}
         env.pop("TMUX", None)
         self._tmux(
             "-f", str(config), "new-session", "-d", "-x", str(width), "-y", str(height),
@@ -96,8 +98,17 @@ class Tmux:
             if dead == "1" and (status or signal):
                 return int(status) if status else -int(signal)
             if time.monotonic() > deadline:
-                pytest.fail(f"the program did not end; the screen:\n{self.screen()}")
+                self._dump_stacks()
+                pytest.fail(f"the program did not end; the screen:\n{self.scrollback()[-6000:]}")
             time.sleep(0.1)
+
+    def _dump_stacks(self) -> None:
+        """Have a Python program that hangs print where each thread is (with
+        PYTHONFAULTHANDLER set, SIGABRT makes it dump them on the terminal)."""
+        pid = int(self._tmux("display-message", "-p", "#{pane_pid}").strip())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+            time.sleep(1)
 
     def written(self) -> int:
         """Bytes the program has written to the terminal so far."""
