@@ -39,14 +39,19 @@ class Tmux:
             pytest.skip("tmux or less is not installed (apt-get install tmux less)")
         self.socket = workdir / "tmux.sock"
         self.record = workdir / "terminal.bytes"
+        self.status = workdir / "exit-status"
         config = workdir / "tmux.conf"
-        # The pane stays when the program ends, so its exit status can be read.
+        # The pane stays when the program ends, so its last screen can be read.
         config.write_text("set -g remain-on-exit on\nset -g history-limit 50000\n")
         env = {**env, "TERM": "xterm-256color", "PYTHONFAULTHANDLER": "1"}
         env.pop("TMUX", None)
+        # A shell around the command writes its exit status. Ctrl-C reaches the
+        # whole foreground group, that shell too: it traps SIGINT (a handler,
+        # so the command still gets the default) to outlive the command.
+        script = f'trap true INT; "$@"; echo $? > {shlex.quote(str(self.status))}'
         self._tmux(
             "-f", str(config), "new-session", "-d", "-x", str(width), "-y", str(height),
-            "-c", str(cwd), shlex.join(command), env=env,
+            "-c", str(cwd), shlex.join(["sh", "-c", script, "sh", *command]), env=env,
         )  # fmt: skip
         self._tmux("pipe-pane", "-o", f"cat >> {shlex.quote(str(self.record))}")
 
@@ -91,12 +96,8 @@ class Tmux:
         """The program's exit status, once it has ended."""
         deadline = time.monotonic() + timeout
         while True:
-            shown = self._tmux(
-                "display-message", "-p", "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
-            )
-            dead, status, signal = shown.strip().split(":")
-            if dead == "1" and (status or signal):
-                return int(status) if status else -int(signal)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                return int(self.status.read_text())
             if time.monotonic() > deadline:
                 self._dump_stacks()
                 pytest.fail(f"the program did not end; the screen:\n{self.scrollback()[-6000:]}")
@@ -105,10 +106,12 @@ class Tmux:
     def _dump_stacks(self) -> None:
         """Have a Python program that hangs print where each thread is (with
         PYTHONFAULTHANDLER set, SIGABRT makes it dump them on the terminal)."""
-        pid = int(self._tmux("display-message", "-p", "#{pane_pid}").strip())
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGABRT)
-            time.sleep(1)
+        shell = self._tmux("display-message", "-p", "#{pane_pid}").strip()
+        found = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True)
+        for pid in found.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGABRT)
+        time.sleep(1)
 
     def written(self) -> int:
         """Bytes the program has written to the terminal so far."""
