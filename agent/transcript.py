@@ -297,7 +297,7 @@ dd{margin:0;overflow-wrap:anywhere}
 .msg{border:1px solid var(--line);border-radius:.6rem;padding:.6rem .8rem;margin:.7rem 0}
 .user{background:var(--user)}.assistant{background:var(--assistant)}
 .tool{background:var(--tool)}.system{background:var(--system)}
-.msg>header,.result>header{display:flex;flex-wrap:wrap;gap:.2rem .6rem;align-items:baseline}
+.msg>header,.result>header,.marker>header{display:flex;flex-wrap:wrap;gap:.2rem .6rem;align-items:baseline}
 .role{font-weight:600;font-size:.9rem}
 .when,.cost,.files{color:var(--muted);font-size:.8rem}a.when{text-decoration:none}
 .outside{opacity:.55}.outside:hover{opacity:1}
@@ -391,7 +391,11 @@ def _header(entry: LogEntry, label: str, controls: Controls) -> str:
     when = meta.get("time")
     parts = [label]
     if isinstance(when, str):
-        parts.append(f'<a class="when" href="#{anchor(entry.id)}">{text_html(when)}</a>')
+        shown = when[:19].replace("T", " ") if len(when) >= 19 else when
+        parts.append(
+            f'<a class="when" href="#{anchor(entry.id)}">'
+            f'<time datetime="{e(when)}" title="{e(when)}">{text_html(shown)}</time></a>'
+        )
     cost = _cost(meta)
     if cost:
         parts.append(f'<span class="cost">{e(cost)}</span>')
