@@ -297,7 +297,8 @@ dd{margin:0;overflow-wrap:anywhere}
 .msg{border:1px solid var(--line);border-radius:.6rem;padding:.6rem .8rem;margin:.7rem 0}
 .user{background:var(--user)}.assistant{background:var(--assistant)}
 .tool{background:var(--tool)}.system{background:var(--system)}
-.msg>header,.result>header,.marker>header{display:flex;flex-wrap:wrap;gap:.2rem .6rem;align-items:baseline}
+.msg>header,.result>header,.marker>header{display:flex;flex-wrap:wrap;gap:.2rem .6rem;
+align-items:baseline}
 .role{font-weight:600;font-size:.9rem}
 .when,.cost,.files{color:var(--muted);font-size:.8rem}a.when{text-decoration:none}
 .outside{opacity:.55}.outside:hover{opacity:1}
