@@ -22,7 +22,7 @@ request must come from the person who started ``ags serve``:
   must say same-origin.
 * **Response headers**: a Content-Security-Policy with no inline script or
   style and nothing from another origin (a second line behind the sanitiser
-  of agent/markup.py), no framing, no sniffing, no referrer.
+  of agent/markup.py), no framing, no sniffing, no referrer to another site.
 
 Comparisons of secrets take constant time (``hmac.compare_digest``).
 """
@@ -53,7 +53,7 @@ _SECURITY_HEADERS: Final = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # "no-referrer" makes a form's Origin "null"
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 )
