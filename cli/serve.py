@@ -10,7 +10,7 @@ import click
 
 from objstore import InvalidInput
 from web.app import bind, serve
-from web.guard import Guard, is_loopback
+from web.guard import Guard, is_loopback, needs_token
 from web.site import ServeConfig
 
 from .app import cli, open_store
@@ -54,18 +54,15 @@ def serve_cmd(
     store.close()  # each page opens its own handle
     loopback = is_loopback(host)
     token = None
-    if require_token or not loopback:
+    if needs_token(host, require_token):
         token = os.environ.get("AGS_SERVE_TOKEN") or secrets.token_urlsafe(24)
         if len(token) < 16:
             raise InvalidInput("AGS_SERVE_TOKEN must be at least 16 characters")
     sock = bind(host, port)
     port = sock.getsockname()[1]
-    config = ServeConfig(path, read_only, Guard(host, port, token))
-    shown_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    shown_host = (
-        f"[{shown_host}]" if ":" in shown_host and not shown_host.startswith("[") else shown_host
-    )
-    url = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
+    guard = Guard(host, port, token, read_only)
+    config = ServeConfig(path, read_only, guard)
+    url = guard.first_url()
     mode = " (read-only)" if read_only else ""
     click.echo(f"ags serve: {path}{mode} at {url}", err=True)
     if not loopback:

@@ -1,8 +1,8 @@
 """The requests that change the store: rename, tag, fork, archive, unarchive, delete.
 
 Each is a POST of a URL-encoded form that web/guard.py has read and checked
-(token, origin, anti-CSRF field) before it gets here; none exists with
-``--read-only``. Each is one call of the ``Store`` API, and answers with a
+(token, origin, anti-CSRF field) before it gets here; with ``--read-only``
+the guard refuses them all. Each is one call of the ``Store`` API, and answers with a
 redirect to the page that shows the result (303, so a reload does not post
 again). Delete is reached through a page that asks first.
 """
@@ -26,9 +26,7 @@ class ReadOnly(InvalidInput):
 
 
 def _form(request: Request) -> dict[str, str]:
-    if config(request).read_only:
-        raise ReadOnly("this server is read-only (ags serve --read-only)")
-    form: dict[str, str] = request.state.form
+    form: dict[str, str] = request.state.form  # read and checked by the guard
     return form
 
 

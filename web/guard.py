@@ -13,6 +13,8 @@ request must come from the person who started ``ags serve``:
   start. The first visit brings it in the URL (``/?token=...``); it goes into
   an HttpOnly, SameSite=Strict cookie and the URL is cleaned by a redirect.
   Every request needs it after that, reads included.
+* **Read-only** (``--read-only``): every state-changing request is refused
+  here, whatever the page.
 * **Anti-CSRF** on every state-changing request (any method but GET and HEAD;
   the pages send URL-encoded forms, read here once): the form carries
   ``HMAC(server secret, csrf cookie)``, which a page of another origin can
@@ -65,6 +67,11 @@ def is_loopback(host: str) -> bool:
     return bare in ("localhost", "::1") or bare.startswith("127.")
 
 
+def needs_token(host: str, asked: bool) -> bool:
+    """Whether a server on ``host`` asks for the token: off loopback always."""
+    return asked or not is_loopback(host)
+
+
 def _host_name(host: str) -> str:
     """``host`` as it appears in a Host header (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host.lower()
@@ -77,6 +84,7 @@ class Guard:
     host: str
     port: int
     token: str | None  # None: no token asked (loopback without --token)
+    read_only: bool = False  # every state-changing request is refused
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
 
     @property
@@ -201,6 +209,10 @@ class GuardMiddleware:
             )
         if scope["method"] in SAFE_METHODS:
             return None
+        if guard.read_only:
+            return PlainTextResponse(
+                "ags serve: this server is read-only (ags serve --read-only)\n", status_code=403
+            )
         origin = headers.get("origin")
         if origin is not None and origin.lower() != f"http://{headers.get('host', '').lower()}":
             return PlainTextResponse("ags serve: a request from another site\n", status_code=403)
