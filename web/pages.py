@@ -3,6 +3,8 @@ diff, the actions at one message, and exports."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -140,20 +142,56 @@ def search_page(request: Request) -> Response:
 
 
 def entry_controls(sid: str, read_only: bool) -> Callable[[LogEntry], str]:
-    """The link each entry of a session's page carries to what can be done at it."""
-    if read_only:
+    """The link each entry of a session's page carries to what can be done at it
+    (``sid`` and node ids are hex: nothing to escape)."""
+    if read_only or not sid:
         return lambda entry: ""
-    return lambda entry: str(
-        Markup('<a class="act" href="/s/{}/at/{}">fork · tag</a>').format(sid, entry.id)
-    )
+    return lambda entry: f'<a class="act" href="/s/{sid}/at/{entry.id}">fork · tag</a>'
+
+
+class RenderedEntries:
+    """The HTML of entries already rendered, by what decides it: the node (content-
+    addressed, so never stale), the results paired with its calls, whether the model
+    saw it, and the page's controls. Bounded; least recently used first out.
+
+    Rendering Markdown and highlighting code is most of a transcript page's cost
+    (0.8 s of a 3,000-message page here); a page seen again costs its walk.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: OrderedDict[tuple[object, ...], str] = OrderedDict()
+        self._lock = threading.Lock()  # pages are made in several worker threads
+
+    def get(self, item: ShownEntry, sid: str, read_only: bool) -> str:
+        key = (
+            item.entry.id,
+            tuple(c.result.id if c.result else None for c in item.calls),
+            item.in_context,
+            sid,
+            read_only,
+        )
+        with self._lock:
+            html = self._items.get(key)
+            if html is not None:
+                self._items.move_to_end(key)
+                return html
+        html = entry_html(item, entry_controls(sid, read_only))
+        with self._lock:
+            self._items[key] = html
+            while len(self._items) > self.limit:
+                self._items.popitem(last=False)
+        return html
+
+
+RENDERED: Final = RenderedEntries(limit=20_000)
 
 
 def entries_html(shown: list[ShownEntry], sid: str, read_only: bool, fork_at: str | None) -> str:
     """The HTML of ``shown`` as a session's page lists them (the fork point marked)."""
-    controls = entry_controls(sid, read_only)
     parts = []
     for item in shown:
-        parts.append(entry_html(item, controls))
+        parts.append(RENDERED.get(item, sid, read_only))
         if item.entry.id == fork_at:
             parts.append(FORK_MARKER)
     return "\n".join(parts)
