@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,7 +48,6 @@ class Seen:
     title: str | None = None
     archived: bool = False
     messages: int = -1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _opens_calls(entry: LogEntry) -> bool:

@@ -245,8 +245,8 @@ def at_node_page(request: Request) -> Response:
         raise UnknownSpec(f"no node {node}")
     with store(request) as handle:
         info = handle.session(sid)
-        entry = LogEntry(handle.node(node), None)
-        entry = LogEntry(entry.node, handle.blob(entry.node.content))
+        at = handle.node(node)
+        entry = LogEntry(at, handle.blob(at.content))
     shown = ShownEntry(entry, (), True)
     return render(request, "at.html", info=info, node=node, entry=Markup(entry_html(shown)))
 
