@@ -218,3 +218,51 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         .splitlines()[-1]
         .startswith(f"ags: cannot listen on 127.0.0.1 port {port}")
     )
+
+
+def next_event(lines: Iterator[str]) -> tuple[str, str]:
+    """The next named event of a server-sent event stream: (event, data)."""
+    kind, data = "", ""
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and kind:
+            return kind, data
+    raise AssertionError("the stream ended")
+
+
+def test_live_events_append_reload_and_gone(site: tuple[Server, Demo, Path]) -> None:
+    server, _, store = site
+    with Store.open(store) as s:
+        sid = s.new_session(title="watched")
+        s.append(sid, {"role": "user", "content": "one"})
+        head = s.session(sid).head
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        assert events.headers["content-type"].startswith("text/event-stream")
+        lines = events.iter_lines()
+        with Store.open(store) as s:
+            s.append(sid, {"role": "assistant", "content": "two *words*"})
+        kind, data = next_event(lines)
+        update = json.loads(data)
+        assert kind == "update" and update["messages"] == 2 and update["replace"] == []
+        assert len(update["append"]) == 1 and "<em>words</em>" in update["append"][0]
+        with Store.open(store) as s:  # a compaction changes what the model saw: reload
+            s.compact(sid, "short", keep=1)
+        assert next_event(lines)[0] == "reload"
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        lines = events.iter_lines()
+        assert next_event(lines)[0] == "reload"  # the page is behind by a compaction
+    with Store.open(store) as s:
+        head = s.session(sid).head
+        s.rewind(sid, f"{sid}~1")
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        assert next_event(events.iter_lines())[0] == "reload"  # moved back, not forward
+    with Store.open(store) as s:
+        head = s.session(sid).head
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        lines = events.iter_lines()
+        with Store.open(store) as s:
+            s.delete(sid)
+        assert next_event(lines)[0] == "gone"
