@@ -9,9 +9,6 @@ import webbrowser
 import click
 
 from objstore import InvalidInput
-from web.app import bind, serve
-from web.guard import Guard, is_loopback, needs_token
-from web.site import ServeConfig
 
 from .app import cli, open_store
 
@@ -49,6 +46,11 @@ def serve_cmd(
       ags serve --read-only --port 9000
       ags serve --host 0.0.0.0        # prints an address with ?token=...
     """
+    # Imported here: the web stack takes ~0.5 s to import, which no other command should pay.
+    from web.app import bind, serve
+    from web.guard import Guard, is_loopback, needs_token
+    from web.site import ServeConfig
+
     store = open_store(ctx)
     path = store.path
     store.close()  # each page opens its own handle
