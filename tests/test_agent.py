@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -550,9 +551,15 @@ def test_a_summary_that_does_not_shrink_changes_nothing_and_the_loop_stops(
     server.add({"text": "second"})
     ags(env, project, "run", "--resume", sid, f"two {words}")
     before = messages(store_path, sid)
+    # The smallest budget ags accepts (the system prompt and the tool definitions
+    # take most of it) leaves room for one turn, not three.
+    refused = ags(env, project, "run", "--resume", sid, "x", "--max-context-tokens", "256")
+    found = re.search(r"--max-context-tokens (\d+)\)", refused.stderr)
+    assert found, refused.stderr
+    least = int(found.group(1))
     server.add({"text": words * 10})  # the "summary": longer than what it summarises
     proc = ags(env, project, "run", "--resume", sid, f"three {words}",
-               "--max-context-tokens", "1600")  # fmt: skip
+               "--max-context-tokens", str(least + 100))  # fmt: skip
     assert proc.returncode == 1
     assert "did not shrink" in proc.stderr and "even after compaction" in proc.stderr
     assert messages(store_path, sid) == before  # not even the question: nothing to trip over

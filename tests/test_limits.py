@@ -210,8 +210,8 @@ def test_future_times_are_clamped_on_import_and_do_not_win_continue(exported, tm
         assert info.created == info.updated and info.updated <= s.session(mine).updated
         assert time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(before)) <= info.updated
         assert [r.id for r in s.sessions()] == [mine, imported]
-        assert choose_session(s, resume=None, continue_latest=True, project=str(project),
-                              model=None).session == mine  # fmt: skip
+        chosen = choose_session(s, resume=None, continue_latest=True, project=str(project))
+        assert chosen.session == mine
 
 
 @pytest.mark.parametrize("when", ["2026-13-01T00:00:00Z", "2026-02-30T10:00:00.5Z"])
