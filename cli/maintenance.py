@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import IO, Any
 
 import click
 
 from objstore.errors import AgsError
 from objstore.exchange import export_session, import_document, parse_document
-from objstore.files import atomic_write
+from objstore.files import write_private_file
 from objstore.fsck import check_store
 from objstore.gc import collect_garbage
 from objstore.stats import store_usage
@@ -24,7 +23,8 @@ from .output import emit_json, emit_lines, human_bytes, parse_duration, short
 @cli.command("export")
 @click.argument("spec")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write to FILE instead of stdout (all or nothing).")  # fmt: skip
+              help="Write to FILE (mode 0600) instead of stdout, all or nothing; "
+                   "only a regular file is replaced.")  # fmt: skip
 @click.pass_context
 def export_cmd(ctx: click.Context, spec: str, output: str | None) -> None:
     """Write a session (or a node of it) as one self-contained JSON document.
@@ -43,8 +43,7 @@ def export_cmd(ctx: click.Context, spec: str, output: str | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    path = Path(output).absolute()
-    atomic_write(path.parent, path, data)
+    write_private_file(output, data)
     click.echo(f"exported {len(doc['objects'])} objects to {output}", err=True)
 
 

@@ -18,7 +18,10 @@ from .errors import (
     SessionBusy,
     SpecError,
     StoreFormatError,
+    StoreMissing,
+    StoreWarning,
     UnknownSpec,
+    UnsafeStore,
 )
 from .nodes import Node
 from .resolve import Target
@@ -42,6 +45,9 @@ __all__ = [
     "SpecError",
     "Store",
     "StoreFormatError",
+    "StoreMissing",
+    "StoreWarning",
     "Target",
     "UnknownSpec",
+    "UnsafeStore",
 ]

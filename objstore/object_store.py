@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -30,9 +31,24 @@ from pathlib import Path
 from typing import Final
 
 from . import objects
-from .errors import CorruptObject, ObjectError, ObjectMissing
-from .files import FileLock, atomic_write, fsync_dir
-from .packs import MAX_PACK_BYTES, RECORD_HEAD, OpenPack, PackWriter, Replay, SealedPack
+from .errors import (
+    CorruptObject,
+    DamagedIndex,
+    DamagedPack,
+    ObjectError,
+    ObjectMissing,
+    StoreWarning,
+)
+from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .packs import (
+    MAX_PACK_BYTES,
+    RECORD_HEAD,
+    OpenPack,
+    PackWriter,
+    Replay,
+    SealedPack,
+    rebuild_index,
+)
 from .repack import packs_to_merge
 
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
@@ -52,7 +68,7 @@ class SweepResult:
 
 def _locked(path: str) -> bool:
     """Whether another process holds an flock on ``path`` (a pack being created)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -78,6 +94,7 @@ class ObjectStore:
         self._repack_lock = locks_dir / "repack"
         self._sealed: dict[str, SealedPack] = {}
         self._open: dict[str, OpenPack] = {}
+        self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._writer: PackWriter | None = None
         with self._recovery_lock:
             self._refresh()
@@ -97,32 +114,66 @@ class ObjectStore:
         own = self._writer.path.name if self._writer else None
         for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
+        for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
+            del self._damaged[stem]
         for name in names:
             if not name.endswith(".pack") or name == own:
                 continue
             stem = name[: -len(".pack")]
-            if stem in self._sealed:
+            if stem in self._sealed or stem in self._damaged:
                 continue
-            path = self.pack_dir / name
-            if f"{stem}.idx" in names:
+            try:
+                self._look_at(stem, f"{stem}.idx" in names)
+            except DamagedPack as e:
+                # One bad pack must not stop the store: read the others, name this one.
+                self._damaged[stem] = str(e)
                 opened = self._open.pop(stem, None)
                 if opened:
                     opened.close()
-                with suppress(FileNotFoundError):  # merged away by a repack just now
-                    self._sealed[stem] = SealedPack(path)
-                continue
-            pack = self._open.get(stem)
-            if pack is None:
-                try:
-                    pack = self._open[stem] = OpenPack(path)
-                except FileNotFoundError:
-                    continue
-            if pack.try_recover(self._tmp_dir, self._replay):
-                pack.close()
-                del self._open[stem]
+                warnings.warn(StoreWarning(f"{e}; it is left as it is (ags fsck)"), stacklevel=2)
+
+    def _look_at(self, stem: str, indexed: bool) -> None:
+        """Take in one pack: map a sealed one (rebuilding a damaged index), scan an
+        open one, recover one a crash left behind."""
+        path = self.pack_dir / f"{stem}.pack"
+        if indexed:
+            opened = self._open.pop(stem, None)
+            if opened:
+                opened.close()
+            try:
                 self._sealed[stem] = SealedPack(path)
-            else:
-                pack.refresh()
+            except FileNotFoundError:  # merged away by a repack just now
+                pass
+            except DamagedIndex as e:
+                try:
+                    rebuild_index(path, self._tmp_dir)
+                except FileNotFoundError:
+                    return
+                warnings.warn(
+                    StoreWarning(f"{e}: rebuilt it from the pack (an index is derived data)"),
+                    stacklevel=3,
+                )
+                self._sealed[stem] = SealedPack(path)
+            return
+        pack = self._open.get(stem)
+        if pack is None:
+            try:
+                pack = self._open[stem] = OpenPack(path)
+            except FileNotFoundError:
+                return
+        outcome = pack.try_recover(self._tmp_dir, self._replay)
+        if outcome == "busy":
+            pack.refresh()
+            return
+        pack.close()
+        del self._open[stem]
+        if outcome == "sealed":
+            self._sealed[stem] = SealedPack(path)
+
+    def damaged_packs(self) -> dict[str, str]:
+        """The packs this handle leaves alone (file name -> why), after a fresh look."""
+        self.refresh()
+        return {f"{stem}.pack": why for stem, why in self._damaged.items()}
 
     # -- reading -------------------------------------------------------------
 
@@ -144,8 +195,7 @@ class ObjectStore:
             if loc:
                 return sealed.read(loc)
         try:
-            with open(self.loose_path(oid), "rb") as f:
-                return f.read()
+            return read_file(self.loose_path(oid))
         except FileNotFoundError:
             return None
 
@@ -175,7 +225,7 @@ class ObjectStore:
 
     def has(self, oid: str) -> bool:
         """Whether this handle can see the object (without looking for new packs)."""
-        return self._stored_location_known(oid) or os.path.exists(self.loose_path(oid))
+        return self._stored_location_known(oid) or os.path.lexists(self.loose_path(oid))
 
     def _stored_location_known(self, oid: str) -> bool:
         return (
@@ -194,7 +244,7 @@ class ObjectStore:
         if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
             return True
         try:
-            return os.stat(self.loose_path(oid)).st_mtime >= cutoff
+            return os.lstat(self.loose_path(oid)).st_mtime >= cutoff
         except FileNotFoundError:
             return False
 
@@ -210,7 +260,7 @@ class ObjectStore:
             sizes.update((oid, loc[1]) for oid, loc in sealed.locations())
         for oid, path in self._loose_files():
             with suppress(FileNotFoundError):
-                sizes.setdefault(oid, os.stat(path).st_size)
+                sizes.setdefault(oid, os.lstat(path).st_size)
         return sizes
 
     def _loose_files(self) -> Iterator[tuple[str, str]]:
@@ -277,7 +327,7 @@ class ObjectStore:
             return w
         if w is not None:
             self._seal_writer(w)
-        self.pack_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.pack_dir)
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
@@ -342,7 +392,7 @@ class ObjectStore:
             loose = []
             for oid, path in self._loose_files():
                 with suppress(FileNotFoundError):
-                    st = os.stat(path)
+                    st = os.lstat(path)
                     if st.st_mtime < older_than:
                         loose.append((oid, path, st.st_size))
             keep = mark()
@@ -402,8 +452,7 @@ class ObjectStore:
                 if progress:
                     progress(i + 1, len(packs))
             for oid, path in extra or []:
-                with open(path, "rb") as f:
-                    yield oid, f.read()
+                yield oid, read_file(path)
 
         for oid, stored in stored_forms():
             if oid in copied or (keep is not None and oid not in keep):
@@ -435,7 +484,8 @@ class ObjectStore:
         cutoff = time.time() - LEFTOVER_AGE
         for entry in os.scandir(self._tmp_dir):
             with suppress(FileNotFoundError):
-                if entry.stat().st_mtime < cutoff and not _locked(entry.path):
+                st = entry.stat(follow_symlinks=False)
+                if st.st_mtime < cutoff and (entry.is_symlink() or not _locked(entry.path)):
                     os.unlink(entry.path)
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import canonical
+from .files import read_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,7 @@ class ReflogEntry:
 def read_reflog(path: str, current_gen: int | None) -> list[ReflogEntry]:
     """The effective entries, oldest first. ``current_gen`` None means the ref is gone."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path)
     except FileNotFoundError:
         return []
     by_gen: dict[int, ReflogEntry] = {}

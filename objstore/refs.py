@@ -153,8 +153,7 @@ class RefStore:
 
     def _read_file(self, name: str) -> RefRecord | None:
         try:
-            with open(self.path(name), "rb") as f:
-                data = f.read()
+            data = files.read_file(self.path(name))
         except FileNotFoundError:
             return None
         try:
@@ -415,7 +414,7 @@ class RefStore:
         logged = read_reflog(self.log_path(name), None)
         logged_gens = {e.gen for e in logged}
         newer: list[dict[str, Any]] = []
-        if os.path.exists(self.path(name)):
+        if os.path.lexists(self.path(name)):
             try:
                 current = self._read_file(name)
                 have = current.generation if current else 0
