@@ -169,8 +169,9 @@ def gc(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def fsck(ctx: click.Context, as_json: bool) -> None:
-    """Verify every object's hash, every link, every ref and every pack index.
-    Lists each problem; exits 1 if there is any.
+    """Verify every object's hash, every link, every ref, reflog and pack, and
+    who can reach the store's files. Lists each problem and goes on; exits 1
+    if there is any (files other users can read are a warning).
 
     \b
     Example:
@@ -182,6 +183,8 @@ def fsck(ctx: click.Context, as_json: bool) -> None:
     else:
         for problem in report.problems:
             click.echo(str(problem))
+        for warning in report.warnings:
+            click.echo(f"ags: warning: {warning}", err=True)
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
         click.echo(f"checked {report.objects} objects and {report.refs} refs: {verdict}",
                    err=not report.ok)  # fmt: skip

@@ -90,26 +90,50 @@ class Scan:
 
 
 def scan_records(fd: int, start: int, end: int) -> Scan:
-    """Read record headers in ``[start, end)``.
+    """Read record headers in ``[start, end)`` of a file (see ``scan_buffer``)."""
+    return scan_buffer(os.pread(fd, end - start, start) if end > start else b"", start)
 
-    Stops at the first record that does not fit before ``end`` (one being
-    written, or a torn one left by a crash) or whose type is unknown.
+
+def scan_buffer(data: bytes | memoryview, base: int, size: int | None = None) -> Scan:
+    """Read the record headers in ``data[:size]``, which starts at pack offset ``base``.
+
+    Stops at the first record that does not fit (one being written, or a torn
+    one left by a crash) or whose type is unknown.
     """
     scan = Scan()
-    data = os.pread(fd, end - start, start) if end > start else b""
-    pos, size, head = 0, len(data), RECORD_HEAD.size
+    pos, head = 0, RECORD_HEAD.size
+    size = len(data) if size is None else size
     while pos + head <= size:
         rtype, raw, length = RECORD_HEAD.unpack_from(data, pos)
         if pos + head + length > size or rtype not in (TYPE_OBJECT, TYPE_REF):
             break
-        loc = (start + pos + head, length)
+        loc = (base + pos + head, length)
         if rtype == TYPE_OBJECT:
             scan.objects[raw.hex()] = loc
         else:
             scan.refs.append((raw, loc))
         pos += head + length
-    scan.end = start + pos
+    scan.end = base + pos
     return scan
+
+
+def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
+    """The update a ref-update record holds, checked; CorruptObject says what is wrong."""
+    oid = checksum.hex()
+    _, body = objects.decode(oid, stored, REF_KIND)
+    try:
+        update = canonical.loads(body)
+    except ValueError:
+        raise CorruptObject(oid, "ref update is not JSON") from None
+    if not (
+        isinstance(update, dict)
+        and isinstance(update.get("ref"), str)
+        and isinstance(update.get("log"), dict)
+        and type(update["log"].get("gen")) is int
+        and isinstance(update.get("body"), dict | None)
+    ):
+        raise CorruptObject(oid, "ref update lacks ref, log.gen or body")
+    return update
 
 
 class PackWriter:
@@ -345,6 +369,30 @@ class SealedPack:
             previous = raw
         return problems
 
+    def record_problems(self) -> list[str]:
+        """What is wrong with the records the index covers: a record that cannot be
+        read, a ref-update record that does not verify, an object the index lacks."""
+        end = min(self.pack_size, self.size)
+        start = len(PACK_MAGIC)
+        with memoryview(self._data) as view:
+            scan = scan_buffer(view[start:end], start)
+        problems = []
+        if scan.end < end:
+            problems.append(f"records cannot be read from offset {scan.end} on (of {end})")
+        for checksum, loc in scan.refs:
+            try:
+                decode_ref_update(checksum, self.read(loc))
+            except CorruptObject as e:
+                why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
+                problems.append(
+                    f"ref-update record at offset {loc[0] - RECORD_HEAD.size} is damaged "
+                    f"({why}); the pack is sealed, so no ref depends on it"
+                )
+        missing = len(set(scan.objects) - set(self.ids()))
+        if missing:
+            problems.append(f"the index lacks {missing} object(s) of the pack")
+        return problems
+
     def close(self) -> None:
         self._data.close()
         self._map.close()
@@ -451,9 +499,8 @@ def _verified(fd: int, scan: Scan) -> tuple[dict[str, Location], list[dict[str, 
     updates: list[tuple[int, dict[str, Any]]] = []
     for checksum, loc in scan.refs:
         try:
-            _, body = objects.decode(checksum.hex(), os.pread(fd, loc[1], loc[0]), REF_KIND)
-            update = canonical.loads(body)
-        except (CorruptObject, ValueError):
+            update = decode_ref_update(checksum, os.pread(fd, loc[1], loc[0]))
+        except CorruptObject:
             continue
         updates.append((loc[0], update))
         good_end = max(good_end, loc[0] + loc[1])
