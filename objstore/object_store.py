@@ -13,6 +13,9 @@ Where objects go:
 
 Writing an object that already exists is a no-op, unless the only copy is
 older than FRESHEN_AFTER: then it is written again into this handle's pack.
+A copy in a pack another writer has not sealed may not be durable yet (it
+fsyncs at its own pace; a batch only at its end): the next ``sync`` fsyncs
+that pack too, so what this handle relies on is as durable as what it wrote.
 That is what lets gc sweep old unreachable objects beside a writer: the
 writer never comes to depend on a copy gc may be deleting (see ``sweep``).
 Every read is verified against the id.
@@ -95,6 +98,7 @@ class ObjectStore:
         self._sealed: dict[str, SealedPack] = {}
         self._open: dict[str, OpenPack] = {}
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
+        self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
         with self._recovery_lock:
             self._refresh()
@@ -127,9 +131,7 @@ class ObjectStore:
             except DamagedPack as e:
                 # One bad pack must not stop the store: read the others, name this one.
                 self._damaged[stem] = str(e)
-                opened = self._open.pop(stem, None)
-                if opened:
-                    opened.close()
+                self._forget_open(stem)
                 warnings.warn(StoreWarning(f"{e}; it is left as it is (ags fsck)"), stacklevel=2)
 
     def _look_at(self, stem: str, indexed: bool) -> None:
@@ -137,9 +139,7 @@ class ObjectStore:
         open one, recover one a crash left behind."""
         path = self.pack_dir / f"{stem}.pack"
         if indexed:
-            opened = self._open.pop(stem, None)
-            if opened:
-                opened.close()
+            self._forget_open(stem)  # sealed by its writer, which synced it first
             try:
                 self._sealed[stem] = SealedPack(path)
             except FileNotFoundError:  # merged away by a repack just now
@@ -165,10 +165,15 @@ class ObjectStore:
         if outcome == "busy":
             pack.refresh()
             return
-        pack.close()
-        del self._open[stem]
+        self._forget_open(stem)  # recovered: fsynced by the recovery
         if outcome == "sealed":
             self._sealed[stem] = SealedPack(path)
+
+    def _forget_open(self, stem: str) -> None:
+        pack = self._open.pop(stem, None)
+        self._relied_on.pop(stem, None)
+        if pack is not None:
+            pack.close()
 
     def damaged_packs(self) -> dict[str, str]:
         """The packs this handle leaves alone (file name -> why), after a fresh look."""
@@ -238,8 +243,12 @@ class ObjectStore:
         """Whether a copy exists that gc will not sweep while a writer comes to need it:
         in a pack being written, or sealed (or loose) less than FRESHEN_AFTER ago."""
         w = self._writer
-        if (w is not None and oid in w.index) or any(p.find(oid) for p in self._open.values()):
+        if w is not None and oid in w.index:
             return True
+        for stem, pack in self._open.items():
+            if pack.find(oid):
+                self._relied_on[stem] = pack
+                return True
         cutoff = time.time() - FRESHEN_AFTER
         if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
             return True
@@ -313,6 +322,8 @@ class ObjectStore:
         """Store an object; return its id. See the module doc for where and how durably."""
         oid = objects.object_id(kind, body)
         if self._fresh_copy(oid):
+            if not pack:
+                self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         stored = objects.stored_form(kind, body)
         if pack:
@@ -336,9 +347,18 @@ class ObjectStore:
         self._pack_writer().add_ref_update(payload, files_to_sync)
 
     def sync(self) -> None:
-        """Make every object this handle appended to packs durable."""
+        """Make every object this handle appended to packs, or relies on in another
+        writer's unsealed pack, durable."""
+        self._sync_relied_on()
         if self._writer is not None:
             self._writer.sync()
+
+    def _sync_relied_on(self) -> None:
+        if self._relied_on:
+            for pack in self._relied_on.values():
+                pack.sync()
+            fsync_dir(self.pack_dir)  # its writer may not have made its name durable yet
+            self._relied_on.clear()
 
     def _seal_writer(self, w: PackWriter) -> None:
         w.seal()
@@ -497,5 +517,6 @@ class ObjectStore:
             pack.close()
         for sealed in self._sealed.values():
             sealed.close()
+        self._relied_on.clear()
         self._open.clear()
         self._sealed.clear()

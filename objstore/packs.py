@@ -423,6 +423,10 @@ class OpenPack:
     def read(self, loc: Location) -> bytes:
         return os.pread(self._fd, loc[1], loc[0])
 
+    def sync(self) -> None:
+        """Make what its writer wrote so far durable (a reader relies on an object in it)."""
+        os.fsync(self._fd)
+
     def try_recover(self, tmp_dir: Path, replay: Replay) -> Recovery:
         """Seal the pack if no writer holds it: ``"busy"`` if one does, ``"sealed"``
         once it has an index, ``"removed"`` if it held nothing.
