@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -54,6 +55,7 @@ from .packs import (
 )
 from .repack import packs_to_merge
 
+HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
@@ -203,6 +205,10 @@ class ObjectStore:
             return read_file(self.loose_path(oid))
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise CorruptObject(oid, "its loose file is a directory") from None
+        except PermissionError as e:
+            raise CorruptObject(oid, f"its loose file cannot be read ({e.strerror})") from None
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """Return ``(kind, body)``; raise ObjectMissing or CorruptObject."""
@@ -273,10 +279,12 @@ class ObjectStore:
         return sizes
 
     def _loose_files(self) -> Iterator[tuple[str, str]]:
+        """Every loose object file; other files (not named by a lower-case hex id) are
+        not objects, and one of them must not stop a walk of the store."""
         for sub in sorted(os.listdir(self.root)):
-            if len(sub) == 2:
+            if HEX_DIR.fullmatch(sub):
                 for name in os.listdir(self.root / sub):
-                    if len(name) == 62:
+                    if objects.ID_RE.fullmatch(sub + name):
                         yield sub + name, f"{self._root}/{sub}/{name}"
 
     def sealed_packs(self) -> list[SealedPack]:

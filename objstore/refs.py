@@ -156,6 +156,8 @@ class RefStore:
             data = files.read_file(self.path(name))
         except FileNotFoundError:
             return None
+        except (PermissionError, IsADirectoryError) as e:
+            raise StoreFormatError(f"ref {name} cannot be read ({e.strerror})") from None
         try:
             body = canonical.loads(data)
             return RefRecord(name, int(body["generation"]), body["target"], body)

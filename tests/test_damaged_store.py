@@ -293,3 +293,49 @@ def test_a_stray_file_among_refs_does_not_stop_gc(tmp_path: Path) -> None:
     with Store.open(path) as s:
         collect_garbage(s, grace=600)
     assert os.path.exists(path / "refs" / "sessions" / "notes.txt")
+
+
+# -- loose objects, and reports over the whole store -------------------------------------
+
+
+def test_stray_files_among_loose_objects_do_not_stop_fsck(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    three_sessions(path)
+    (path / "objects" / "ab").mkdir()
+    (path / "objects" / "ab" / ("Z" * 62)).write_text("not an object")
+    (path / "objects" / "zz").mkdir()
+    (path / "objects" / "zz" / ("0" * 62)).write_text("not an object either")
+    assert fsck_problems(path) == []
+    code, _out, _err = ags(path, "gc")
+    assert code == 0
+
+
+def test_a_loose_object_that_is_not_a_file_is_named_by_fsck(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    three_sessions(path)
+    oid = "ab" + "0" * 62
+    (path / "objects" / "ab" / oid[2:]).mkdir(parents=True)
+    assert f"{oid}: is corrupt: its loose file is a directory" in fsck_problems(path)
+
+
+def test_du_reports_the_store_and_names_a_session_it_cannot_read(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    a, _b, _c = three_sessions(path)
+    with Store.open(path) as s:
+        damaged = s.new_session(title="damaged")
+        node_id = s.append(damaged, {"role": "user", "content": "will be lost"})
+        s.append(damaged, {"role": "user", "content": "after"})
+    # every object again, as loose files, but the first node of "damaged"
+    with Store.open(path) as s:
+        kept = {oid: s.objects.get(oid) for oid in s.objects.ids() if oid != node_id}
+    for pack in packs(path):
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+    with Store.open(path) as s:
+        for oid, (kind, body) in kept.items():
+            assert s.objects.put(kind, body, pack=False) == oid
+    code, out, err = ags(path, "du")
+    assert code == 0 and "sessions: 4" in out
+    assert f"ags: warning: session {damaged}: object {node_id} is missing" in err
+    code, out, _err = ags(path, "log", a)
+    assert code == 0 and "alpha message 0" in out
