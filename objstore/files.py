@@ -124,7 +124,11 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
 def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
     """Write ``data`` to a new uniquely named file in ``tmp_dir``; return its path."""
     tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
-    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileNotFoundError:  # someone took tmp/ for a place to clean: make it again
+        make_dirs(tmp_dir)
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         view = memoryview(data)
         while view:

@@ -504,13 +504,20 @@ class ObjectStore:
     def _remove_leftovers(self) -> None:
         """Indexes whose pack is gone (a repack died between its two unlinks) and
         temporary files older than an hour (a writer died before renaming them)."""
-        names = set(os.listdir(self.pack_dir))
+        try:
+            names = set(os.listdir(self.pack_dir))
+        except FileNotFoundError:
+            names = set()
         for name in names:
             if name.endswith(".idx") and f"{name[: -len('.idx')]}.pack" not in names:
                 with suppress(FileNotFoundError):
                     (self.pack_dir / name).unlink()
         cutoff = time.time() - LEFTOVER_AGE
-        for entry in os.scandir(self._tmp_dir):
+        try:
+            leftovers = list(os.scandir(self._tmp_dir))
+        except FileNotFoundError:
+            leftovers = []
+        for entry in leftovers:
             with suppress(FileNotFoundError):
                 st = entry.stat(follow_symlinks=False)
                 if st.st_mtime < cutoff and (entry.is_symlink() or not _locked(entry.path)):

@@ -56,7 +56,7 @@ import blake3
 
 from . import canonical, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack
-from .files import atomic_write, fsync_dir, open_fd, sync_paths
+from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
 
 PACK_MAGIC: Final = b"AGSPACK\x01"
 IDX_MAGIC: Final = b"AGSIDX\x01\x00"
@@ -147,7 +147,11 @@ class PackWriter:
         # pack; its header durable before it is visible, so a power loss never leaves
         # a visible pack without one.
         tmp = tmp_dir / f"{self.name}.pack"
-        fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        try:
+            fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        except FileNotFoundError:  # tmp/ was removed by hand: make it again
+            make_dirs(tmp_dir)
+            fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, PACK_MAGIC)

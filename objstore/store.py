@@ -32,6 +32,7 @@ from . import canonical
 from .errors import (
     CorruptObject,
     InvalidInput,
+    InvalidName,
     RefConflict,
     SessionArchived,
     StoreFormatError,
@@ -730,7 +731,7 @@ class Store:
         for ref in self.refs.names("tags"):
             try:
                 rec = self.refs.read(ref)
-            except StoreFormatError as e:
+            except (StoreFormatError, InvalidName) as e:
                 warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
                 continue
             if rec is not None and isinstance(rec.target, str):

@@ -339,3 +339,26 @@ def test_du_reports_the_store_and_names_a_session_it_cannot_read(tmp_path: Path)
     assert f"ags: warning: session {damaged}: object {node_id} is missing" in err
     code, out, _err = ags(path, "log", a)
     assert code == 0 and "alpha message 0" in out
+
+
+def test_a_removed_tmp_directory_is_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    a, _b, _c = three_sessions(path)
+    os.rmdir(path / "tmp")
+    code, _out, err = ags(path, "title", a, "renamed")
+    assert (code, err) == (0, "")
+    with Store.open(path) as s:
+        s.append(a, {"role": "user", "content": "after"})
+    assert (path / "tmp").is_dir()
+    assert fsck_problems(path) == []
+
+
+def test_a_tag_file_that_is_no_tag_name_is_left_out_of_tags(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    a, _b, _c = three_sessions(path)
+    with Store.open(path) as s:
+        s.tag("good", a)
+    (path / "refs" / "tags" / ".hidden").write_text("{}")
+    code, out, err = ags(path, "tags")
+    assert code == 0 and "good" in out
+    assert "bad tag name '.hidden'" in err
