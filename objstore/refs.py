@@ -154,9 +154,9 @@ class RefStore:
     def _read_file(self, name: str) -> RefRecord | None:
         try:
             data = files.read_file(self.path(name))
-        except FileNotFoundError:
-            return None
-        except (PermissionError, IsADirectoryError) as e:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None  # a directory of longer names (tags/t of tags/t/a) is no ref either
+        except PermissionError as e:
             raise StoreFormatError(f"ref {name} cannot be read ({e.strerror})") from None
         try:
             body = canonical.loads(data)
