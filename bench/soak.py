@@ -207,11 +207,19 @@ def verify(path: Path, out: Path) -> Verdict:
         chains: dict[str, set[str]] = {}
 
         def chain(sid: str) -> set[str]:
+            """The nodes of the session's own part of history: from its head back to
+            where it was forked (included). A writer acknowledges only nodes it
+            appended to the session, so this is enough, and each node is read once
+            however many forks share it."""
             if sid not in chains:
-                nodes, at = set(), store.session(sid).head
-                while at is not None:
+                info = store.session(sid)
+                stop = (info.forked_from or {}).get("node")
+                nodes, at = set(), info.head
+                while at is not None and at != stop:
                     nodes.add(at)
                     at = store.node(at).parent
+                if stop is not None:
+                    nodes.add(stop)
                 chains[sid] = nodes
             return chains[sid]
 

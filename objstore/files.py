@@ -104,7 +104,11 @@ def fsync_dir(path: StrPath) -> None:
 def make_dir(path: StrPath) -> None:
     """Create one directory with mode 0700 exactly (FileExistsError if it exists)."""
     os.mkdir(path, DIR_MODE)
-    os.chmod(path, DIR_MODE, follow_symlinks=False)  # the umask may have taken the owner's bits
+    fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fchmod(fd, DIR_MODE)  # the umask may have taken the owner's bits
+    finally:
+        os.close(fd)
 
 
 def make_dirs(path: StrPath, *, durable: bool = True) -> None:

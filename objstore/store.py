@@ -200,9 +200,9 @@ def _read_node(objects: ObjectStore, node_id: str) -> Node:
 
 
 def _close_parts(objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock]) -> None:
-    """Close a handle: seal its pack, let go of every file and lock. Also what a
-    handle that is collected without ``close`` runs (``weakref.finalize``), so it
-    must not refer to the handle itself."""
+    """Close a handle: seal its pack, let go of every file and lock (a no-op when
+    closed already). Also what a handle that is collected without ``close`` runs
+    (``weakref.finalize``), so it must not refer to the handle itself."""
     try:
         objects.close()
     finally:
@@ -226,7 +226,8 @@ class Store:
         self._writers: dict[str, WriterLock] = {}
         self._tips: dict[str, _Tip] = {}  # per session this handle writes
         self._batch_depth = 0
-        self._closer = weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
+        # Closing twice is harmless, so the finalizer stays armed after ``close``.
+        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
 
     # -- opening and closing ---------------------------------------------------
 
@@ -279,9 +280,10 @@ class Store:
         return cls(root)
 
     def close(self) -> None:
-        """Seal this handle's pack and release every writer lock."""
+        """Seal this handle's pack and release every writer lock. A handle used again
+        after ``close`` opens what it needs again; closing again lets go of it."""
         self._tips.clear()
-        self._closer()
+        _close_parts(self.objects, self.refs, self._writers)
 
     def __enter__(self) -> Store:
         return self
