@@ -107,3 +107,16 @@ def test_writing_keeps_a_lock_the_handle_already_held(tmp_path: Path) -> None:
         assert s.writer_locks == {sid}
         with pytest.raises(SessionBusy), Store.open(path) as other:
             other.append(sid, {"role": "user", "content": "refused"})
+
+
+def test_a_handle_used_again_after_close_lets_go_again_on_close(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    s = Store.open(path)
+    sid = s.new_session()
+    s.append(sid, {"role": "user", "content": "first"})
+    s.close()
+    s.append(sid, {"role": "user", "content": "after a close"})  # takes the lock again
+    assert other_process_appends(path, sid) == "SessionBusy"
+    s.close()
+    assert other_process_appends(path, sid) == "ok"
+    assert not unsealed(path)
