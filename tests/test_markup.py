@@ -70,7 +70,7 @@ def test_markdown_keeps_what_people_write() -> None:
 
 
 def test_markdown_shows_hostile_markup_as_text() -> None:
-    html = markdown_html('<img src=x onerror=alert(1)> [a](javascript:alert(1)) ![i](http://e/p)')
+    html = markdown_html("<img src=x onerror=alert(1)> [a](javascript:alert(1)) ![i](http://e/p)")
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "<img" not in html and 'href="javascript' not in html
     assert '<a href="http://e/p" rel="noopener noreferrer nofollow">image: i</a>' in html
@@ -82,9 +82,7 @@ def test_the_sanitiser_drops_what_the_list_does_not_name() -> None:
         '<a href="javascript:x" target="_blank">c</a><iframe src="/"></iframe><b>d</b>'
     )
     clean = sanitize(dirty)
-    assert clean == (
-        '<p>a</p><span class="k">b</span><a rel="noopener noreferrer nofollow">c</a>d'
-    )
+    assert clean == ('<p>a</p><span class="k">b</span><a rel="noopener noreferrer nofollow">c</a>d')
 
 
 def test_code_and_one_line_text_are_escaped_and_visible() -> None:
