@@ -25,6 +25,7 @@ from .conversations import Conversation, Message, Project, summary_text
 from .jsonl_store import JsonlStore
 from .measure import disk_bytes, paired_medians, timed
 from .report import Row
+from .web_pages import page_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +469,23 @@ def import_claude_code(base: Path, sizes: Sizes, project: Project) -> Outcome:
     return Outcome(rows_out, note)
 
 
+# -- 8. the session browser ---------------------------------------------------------
+
+
+def web_pages(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Server time of ``ags serve``'s list page and of a long transcript page."""
+    rows = page_rows(base, sizes.listed_sessions, sizes.fork_source, sizes.listing_runs, project)
+    note = (
+        f"web: the whole app (guard, store, templates) under uvicorn on loopback, median "
+        f"of {sizes.listing_runs} GETs read to the end: the first list page (50 rows) over "
+        f"{sizes.listed_sessions + 1:,} sessions, and the full transcript page of a "
+        f"{sizes.fork_source:,}-message session (Markdown, highlighting, tool calls paired), "
+        "its first view once, then again; JSONL: reading every file for title and count, "
+        "and reading and parsing the one file"
+    )
+    return Outcome(rows, note)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     durable_appends,
     resume_compacted,
@@ -476,4 +494,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     list_sessions,
     search_sessions,
     import_claude_code,
+    web_pages,
 )

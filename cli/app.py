@@ -9,13 +9,48 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Any
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TextIO
 
 import click
 
-from objstore import AgsError, Store
+from objstore import AgsError, Store, StoreMissing, StoreWarning
 
 from .output import visible
+
+# The commands that write on an empty store: they create it, and say so. Every
+# other command needs a store that exists, so that a mistyped --store is an
+# error and not a new, empty store.
+CREATING_COMMANDS: Final = frozenset({"chat", "run", "import"})
+
+
+@contextmanager
+def store_warnings_on_stderr() -> Iterator[None]:
+    """Print each StoreWarning (damage the store worked around) once, as ``ags: warning:``."""
+    shown: set[str] = set()
+    original = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, StoreWarning):
+            original(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            click.echo(visible(f"ags: warning: {message}"), err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", StoreWarning)
+        warnings.showwarning = show
+        yield
+
 
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for git killed by SIGPIPE
 
@@ -26,7 +61,8 @@ class AgsGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            result = super().invoke(ctx)
+            with store_warnings_on_stderr():
+                result = super().invoke(ctx)
             sys.stdout.flush()  # a reader that left early shows up here, not at exit
             return result
         except BrokenPipeError:
@@ -72,11 +108,49 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 
 
 def open_store(ctx: click.Context) -> Store:
-    """The store for this invocation, closed when the command ends."""
+    """The store for this invocation, closed when the command ends.
+
+    Only the commands in CREATING_COMMANDS create a missing store (saying so on
+    stderr); the others report it missing.
+    """
     root = ctx.find_root()
     store: Store | None = root.meta.get("ags.store")
     if store is None:
-        store = Store.open(root.obj)
+        try:
+            store = Store.open(root.obj, create=False)
+        except StoreMissing:
+            if ctx.command.name not in CREATING_COMMANDS:
+                raise
+            store = Store.open(root.obj)
+            click.echo(f"ags: created a new store at {store.path}", err=True)
         root.meta["ags.store"] = store
         root.call_on_close(store.close)
     return store
+
+
+@cli.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create an empty store (private to you: mode 0700) at --store, $AGS_STORE or ~/.ags.
+
+    Only init, chat, run and import create a store; every other command
+    says when there is none, so a mistyped --store is an error, not a new
+    empty store. Running init on an existing store changes nothing.
+
+    \b
+    Examples:
+      ags init
+      ags --store /data/ags init
+    """
+    path = ctx.find_root().obj
+    try:
+        store = Store.open(path, create=False)
+        existed = True
+    except StoreMissing:
+        store = Store.open(path)
+        existed = False
+    store.close()
+    if existed:
+        click.echo(f"an ags store is already at {store.path}")
+    else:
+        click.echo(f"initialized an empty ags store at {store.path}")

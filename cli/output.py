@@ -6,7 +6,8 @@ what to print, only how.
 
 Text from a session (titles, messages, tool output, names, metadata) is
 written by whoever wrote the session: a model, a tool, an imported file. It
-never reaches the terminal as it is: ``visible`` turns every control
+never reaches the terminal as it is: ``visible`` (agent/control_chars.py,
+shared with the session browser) turns every control
 character (escape sequences, carriage returns, backspaces, bidi overrides,
 invisible format characters) into an escape a person can read, terminal or
 not, and ``emit_json`` writes the same characters as JSON escapes, which
@@ -28,39 +29,9 @@ from typing import Any
 
 import click
 
+from agent.control_chars import HIDDEN_IN_BODY
+from agent.control_chars import visible as visible  # re-exported: the commands print with it
 from objstore.search import content_text
-
-# C0 and C1 controls and DEL (tab and newline are added per use), and the format
-# characters that reorder or hide text: bidi embeddings, overrides, isolates and
-# marks (the "Trojan Source" set), zero-width spaces and joiners that join
-# nothing, the BOM, interlinear annotations, invisible operators and the tag
-# characters that spell hidden ASCII. ZWJ and ZWNJ stay: scripts and emoji need them.
-_HIDDEN = (
-    "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u202a-\u202e"
-    "\u2028\u2029\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U0001bca0-\U0001bca3"
-    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
-)
-_IN_LINE = re.compile(f"[\t\n{_HIDDEN}]")
-_IN_BODY = re.compile(f"[{_HIDDEN}]")
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    if char in _NAMED:
-        return _NAMED[char]
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def visible(text: str, *, multiline: bool = False) -> str:
-    """``text`` safe to print: every control or hidden character as an escape
-    (``\\x1b``, ``\\r``, ``\\u202e``), the way Python writes it in a string.
-    ``multiline`` keeps newlines and tabs, for a body printed over several lines;
-    otherwise they are escaped too, so one field stays on one line."""
-    return (_IN_BODY if multiline else _IN_LINE).sub(_escape, text)
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -95,7 +66,7 @@ def emit_lines(lines: Iterable[str], *, page: bool = True) -> None:
 def json_safe(text: str) -> str:
     """JSON text with every hidden character as a ``\\u`` escape: the same JSON value
     (JSON escapes C0 controls itself; in JSON text the others occur only in strings)."""
-    return _IN_BODY.sub(_json_escape, text)
+    return HIDDEN_IN_BODY.sub(_json_escape, text)
 
 
 def emit_json(value: Any) -> None:

@@ -19,7 +19,10 @@ from .errors import (
     SessionBusy,
     SpecError,
     StoreFormatError,
+    StoreMissing,
+    StoreWarning,
     UnknownSpec,
+    UnsafeStore,
 )
 from .nodes import Node
 from .resolve import Target
@@ -44,6 +47,9 @@ __all__ = [
     "SpecError",
     "Store",
     "StoreFormatError",
+    "StoreMissing",
+    "StoreWarning",
     "Target",
     "UnknownSpec",
+    "UnsafeStore",
 ]

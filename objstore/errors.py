@@ -34,6 +34,34 @@ class StoreFormatError(AgsError):
     """The directory is not an ags store, or has a format this version cannot read."""
 
 
+class DamagedPack(StoreFormatError):
+    """A pack file whose header is not a version-1 pack header but which holds records:
+    ags leaves it alone, reads the other packs, and fsck reports it."""
+
+
+class DamagedIndex(StoreFormatError):
+    """A pack index that is truncated or malformed; ags rebuilds it from its pack."""
+
+
+class StoreMissing(AgsError):
+    """No store exists at the path (``ags init`` makes one)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no store at {path} (ags init creates one)")
+        self.path = path
+
+
+class UnsafeStore(AgsError):
+    """Someone other than the user could change the store: another user owns it or
+    can write to it, or a symbolic link was planted in it. ags refuses rather than
+    let a planted file redirect its writes (as Git's ``safe.directory`` does)."""
+
+
+class StoreWarning(UserWarning):
+    """Damage ags worked around and the user should know about (a rebuilt index, a
+    ref that cannot be read): issued with ``warnings.warn``; the CLI prints it."""
+
+
 class ObjectError(AgsError):
     """Base of problems with one object."""
 

@@ -23,7 +23,7 @@ import stat
 import time
 from calendar import timegm
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -285,7 +285,9 @@ def import_document(
         sid = None
     else:
         _check_existing(store, sid, head, nodes)
-    with store.batch():
+    existing = sid is not None and store.refs.read(session_ref(sid)) is not None
+    # Moving an existing session: no writer may append to it until the ref is written.
+    with store.writing(sid) if existing else nullcontext(), store.batch():
         for oid, (kind, body) in by_id.items():
             if store.objects.put(kind, body) != oid:  # cannot happen: checked above
                 raise BadExport(f"object {oid} changed while it was imported")
@@ -359,7 +361,5 @@ def _write_ref(
         moved_meta = {**current.body.get("meta", {}), "messages": count, "updated": now_iso()}
         return {**current.body, "target": head, "meta": moved_meta}
 
-    if store.refs.read(session_ref(sid)) is not None:
-        store.lock(sid)  # moving an existing session: no writer may be appending to it
     store.refs.transact(session_ref(sid), "import", change)
     return outcome

@@ -14,26 +14,99 @@ indexes alike:
 
 ``durable=False`` skips the two syncs; the caller then promises a later
 ``sync_paths`` (bulk work syncs once at the end).
+
+Every file of a store is opened here, through ``open_fd``: never through a
+symbolic link (``O_NOFOLLOW``; a planted link is refused, not followed), and
+created with mode 0600 (directories 0700) whatever the umask, since sessions
+hold conversations and tool output.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
+from typing import Final
+
+from .errors import InvalidInput, UnsafeStore
 
 # Plain strings on the hot path (an append touches several files): pathlib's
 # object churn costs more than the system calls it wraps.
 StrPath = str | os.PathLike[str]
 
+FILE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+_NO_LINKS: Final = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def planted_link(path: StrPath) -> UnsafeStore:
+    return UnsafeStore(
+        f"{os.fspath(path)} is a symbolic link; ags never follows links inside a store "
+        "(someone who can write to the store may have planted it): remove it"
+    )
+
+
+def open_fd(path: StrPath, flags: int) -> int:
+    """Open a store file, never through a symbolic link. A file this call creates
+    (``O_CREAT``) gets mode 0600 exactly: the umask can only take bits away, and
+    here it must not take the owner's. A file that exists keeps its mode (in a
+    store shared on purpose it may belong to another user)."""
+    if flags & os.O_CREAT and not flags & os.O_EXCL:
+        while True:
+            try:
+                return open_fd(path, flags & ~os.O_CREAT)
+            except FileNotFoundError:
+                pass
+            try:
+                return open_fd(path, flags | os.O_EXCL)
+            except FileExistsError:
+                continue  # another process created it meanwhile: open theirs
+    try:
+        fd = os.open(path, flags | _NO_LINKS, FILE_MODE)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise planted_link(path) from None
+        raise
+    if flags & os.O_CREAT:
+        try:
+            os.fchmod(fd, FILE_MODE)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def read_file(path: StrPath) -> bytes:
+    """The whole content of a store file (FileNotFoundError if there is none)."""
+    fd = open_fd(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
 
 def fsync_dir(path: StrPath) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dir(path: StrPath) -> None:
+    """Create one directory with mode 0700 exactly (FileExistsError if it exists)."""
+    os.mkdir(path, DIR_MODE)
+    fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fchmod(fd, DIR_MODE)  # the umask may have taken the owner's bits
     finally:
         os.close(fd)
 
@@ -45,7 +118,7 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
         return
     make_dirs(os.path.dirname(path), durable=durable)
     try:
-        os.mkdir(path)
+        make_dir(path)
     except FileExistsError:
         return
     if durable:
@@ -55,7 +128,11 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
 def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
     """Write ``data`` to a new uniquely named file in ``tmp_dir``; return its path."""
     tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileNotFoundError:  # someone took tmp/ for a place to clean: make it again
+        make_dirs(tmp_dir)
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         view = memoryview(data)
         while view:
@@ -87,6 +164,36 @@ def atomic_write(tmp_dir: StrPath, dest: StrPath, data: bytes, *, durable: bool 
     replace(write_new(tmp_dir, data, durable=durable), dest, durable=durable)
 
 
+def write_private_file(dest: StrPath, data: bytes) -> None:
+    """Write ``data`` to ``dest``, outside any store (an export), as a new 0600 file
+    renamed over the old one, so a reader never sees half of it.
+
+    Only a regular file (or nothing) is replaced: a symbolic link, a FIFO or a
+    device at ``dest`` is refused, as renaming over it would silently turn it
+    into a plain file and writing into it would send the data elsewhere.
+    """
+    dest = os.path.abspath(dest)
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            what = _FILE_TYPES.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise InvalidInput(f"refusing to write to {dest}: it is {what} (give a regular file)")
+    atomic_write(os.path.dirname(dest), dest, data)
+
+
+_FILE_TYPES: Final = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
 def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
     """Append whole lines to a log file in a single write, creating it if needed.
 
@@ -96,10 +203,10 @@ def append_line(path: StrPath, line: bytes, *, durable: bool = True) -> None:
     """
     created = False
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_fd(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError:
         make_dirs(os.path.dirname(path), durable=durable)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         created = True
     try:
         size = os.fstat(fd).st_size
@@ -132,7 +239,7 @@ def sync_paths(files: Iterable[StrPath]) -> None:
     for path in files:
         dirs.add(os.path.dirname(path))  # a deleted file's directory needs its sync too
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_fd(path, os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
@@ -167,10 +274,10 @@ class FileLock:
         fd = self._fd
         if fd is None:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
             except FileNotFoundError:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                make_dirs(self.path.parent)
+                fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

@@ -1,20 +1,26 @@
-"""fsck: verify every object's hash, every link, every ref and every pack index.
+"""fsck: verify every object's hash, every link, every ref, reflog and pack.
 
 Problems are collected, not raised: a damaged store is exactly when a user
-needs the whole list. Nothing is written.
+needs the whole list, so every check goes on past what it finds. Nothing is
+written. Also checked: who can reach the store's files (permissions.py):
+links, other owners and files others can write are problems; files others
+can read are a warning.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import canonical
 from .errors import AgsError, ObjectError
 from .nodes import Node, parse_node
+from .permissions import access_report
 from .reach import node_links
+from .reflog import read_reflog, unreadable_lines
 from .refs import SESSION_ID_RE
-from .store import Store
+from .store import Store, session_info
 
 Progress = Callable[[int, int], None]
 
@@ -33,6 +39,7 @@ class FsckReport:
     objects: int
     refs: int
     problems: list[Problem]
+    warnings: list[str] = field(default_factory=list)  # worth knowing, not damage
 
     @property
     def ok(self) -> bool:
@@ -41,9 +48,20 @@ class FsckReport:
 
 def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     problems: list[Problem] = []
+    warnings: list[str] = []
+    access = access_report(store.path)
+    problems += [Problem(path, what) for path, what in access.problems]
+    loose = access.open_to_others
+    if loose:
+        shown = ", ".join(loose[:3]) + (f" and {len(loose) - 3} more" if len(loose) > 3 else "")
+        warnings.append(
+            f"{len(loose)} files or directories of the store can be read by other users "
+            f"({shown}): chmod -R go-rwx {store.path}"
+        )
+    problems += [Problem(name, why) for name, why in store.objects.damaged_packs().items()]
     for pack in store.objects.sealed_packs():
         problems += [Problem(pack.path.name, p) for p in pack.index_problems()]
-
+        problems += [Problem(pack.path.name, p) for p in pack.record_problems()]
     kinds: dict[str, str] = {}  # id -> kind, for every object that verifies
     nodes: dict[str, Node] = {}
     ids = sorted(set(store.objects.ids()))
@@ -84,11 +102,39 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
             refs += 1
             problems += _ref_problems(store, name, kinds, nodes)
     for name in sorted(store.refs.log_names()):
-        for entry in store.refs.reflog(name):
-            for value in (entry.old, entry.new):
-                if value and "/" not in value and value not in kinds and value not in ids:
-                    problems.append(Problem(f"reflog {name}", f"names missing node {value}"))
-    return FsckReport(len(ids), refs, problems)
+        problems += _reflog_problems(store, name, kinds, set(ids))
+    return FsckReport(len(ids), refs, problems, warnings)
+
+
+def _reflog_problems(
+    store: Store, name: str, kinds: dict[str, str], ids: set[str]
+) -> list[Problem]:
+    """A reflog's damaged lines and missing nodes, and a ref file that is gone
+    although its reflog says the ref still points somewhere."""
+    where = f"reflog {name}"
+    path = store.refs.log_path(name)
+    problems = [Problem(where, f"line {n} is damaged") for n in unreadable_lines(path)]
+    try:
+        current = store.refs.read(name)
+    except AgsError:
+        current = None  # reported with the ref
+        gen = None
+    else:
+        gen = current.generation if current else None
+    entries = read_reflog(path, gen)
+    for entry in entries:
+        for value in (entry.old, entry.new):
+            if value and "/" not in value and value not in kinds and value not in ids:
+                problems.append(Problem(where, f"names missing node {value}"))
+    if entries and entries[-1].new is not None and not os.path.lexists(store.refs.path(name)):
+        problems.append(
+            Problem(
+                name,
+                f"the ref file is missing, but its reflog says it points at {entries[-1].new} "
+                f"(gen {entries[-1].gen}); was it deleted by hand?",
+            )
+        )
+    return problems
 
 
 def _span_problems(node: Node, nodes: dict[str, Node]) -> list[Problem]:
@@ -112,10 +158,14 @@ def _ref_problems(
 ) -> list[Problem]:
     try:
         rec = store.refs.read(name)
+        if rec is not None and name.startswith("sessions/"):
+            session_info(rec)
     except AgsError as e:
         return [Problem(name, str(e))]
     if rec is None or rec.target is None:
         return []
+    if not isinstance(rec.target, str):
+        return [Problem(name, f"its target is {rec.target!r}")]
     target = rec.target
     if name.startswith("HEAD/") and target.startswith("sessions/"):
         return []  # attached to a session, which may since have been deleted: not damage
@@ -124,7 +174,7 @@ def _ref_problems(
     if kinds[target] != "node":
         return [Problem(name, f"names a {kinds[target]}, not a node")]
     kind, _, rest = name.partition("/")
-    if kind == "sessions" and SESSION_ID_RE.fullmatch(rest):
+    if kind == "sessions" and SESSION_ID_RE.fullmatch(rest) and target in nodes:
         count = rec.body.get("meta", {}).get("messages")
         if count != nodes[target].messages:
             return [Problem(name, f"says {count} messages, its head has {nodes[target].messages}")]

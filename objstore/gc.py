@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from .errors import InvalidInput, SessionBusy
+from .errors import InvalidInput, InvalidName, SessionBusy, StoreFormatError
 from .object_store import MIN_GRACE
 from .reach import reachable
-from .refs import iso_time
+from .refs import RefRecord, iso_time
 from .resolve import session_ref
 from .store import Store
 
@@ -54,6 +54,9 @@ def collect_garbage(
             f"the grace period must be at least {MIN_GRACE // 60} minutes: "
             "a writer running beside gc relies on it"
         )
+    for kind in ("sessions", "tags", "HEAD"):  # a damaged ref stops gc before any change
+        for name in store.refs.names(kind):
+            _read_ref(store, name)
     now = time.time()
     to_drop = []
     if archived_older_than is not None:
@@ -110,6 +113,21 @@ def collect_garbage(
     )
 
 
+def _read_ref(store: Store, name: str) -> RefRecord | None:
+    """A ref as gc needs it: None for a stray file that is no ref name (fsck names
+    it); a damaged ref stops gc, since what it reaches is unknown and sweeping
+    could lose it."""
+    try:
+        return store.refs.read(name)
+    except InvalidName:
+        return None
+    except StoreFormatError as e:
+        raise StoreFormatError(
+            f"gc stopped before changing anything: {e}; repair or remove it first "
+            "(ags fsck lists the damage)"
+        ) from None
+
+
 def root_nodes(
     store: Store, *, skip_refs: Collection[str] = (), reflog_cutoff: str | None = None
 ) -> set[str]:
@@ -119,8 +137,8 @@ def root_nodes(
         for name in store.refs.names(kind):
             if name in skip_refs:
                 continue
-            rec = store.refs.read(name)
-            if rec is not None and rec.target and "/" not in rec.target:
+            rec = _read_ref(store, name)
+            if rec is not None and isinstance(rec.target, str) and "/" not in rec.target:
                 roots.add(rec.target)
     for name in store.refs.log_names():
         if name in skip_refs:

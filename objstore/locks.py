@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import SessionBusy
-from .files import FileLock
+from .files import FileLock, read_file
 
 
 class WriterLock:
@@ -38,7 +38,7 @@ class WriterLock:
         # The holder writes its pid right after taking the lock; give it a moment.
         for _ in range(20):
             try:
-                text = self._lock.path.read_text().strip()
+                text = read_file(self._lock.path).decode("ascii", "replace").strip()
             except FileNotFoundError:
                 text = ""
             if text.isdigit():

@@ -13,6 +13,9 @@ Where objects go:
 
 Writing an object that already exists is a no-op, unless the only copy is
 older than FRESHEN_AFTER: then it is written again into this handle's pack.
+A copy in a pack another writer has not sealed may not be durable yet (it
+fsyncs at its own pace; a batch only at its end): the next ``sync`` fsyncs
+that pack too, so what this handle relies on is as durable as what it wrote.
 That is what lets gc sweep old unreachable objects beside a writer: the
 writer never comes to depend on a copy gc may be deleting (see ``sweep``).
 Every read is verified against the id.
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -30,11 +35,27 @@ from pathlib import Path
 from typing import Final
 
 from . import objects
-from .errors import CorruptObject, ObjectError, ObjectMissing
-from .files import FileLock, atomic_write, fsync_dir
-from .packs import MAX_PACK_BYTES, RECORD_HEAD, OpenPack, PackWriter, Replay, SealedPack
+from .errors import (
+    CorruptObject,
+    DamagedIndex,
+    DamagedPack,
+    ObjectError,
+    ObjectMissing,
+    StoreWarning,
+)
+from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .packs import (
+    MAX_PACK_BYTES,
+    RECORD_HEAD,
+    OpenPack,
+    PackWriter,
+    Replay,
+    SealedPack,
+    rebuild_index,
+)
 from .repack import packs_to_merge
 
+HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
@@ -52,7 +73,7 @@ class SweepResult:
 
 def _locked(path: str) -> bool:
     """Whether another process holds an flock on ``path`` (a pack being created)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -78,6 +99,8 @@ class ObjectStore:
         self._repack_lock = locks_dir / "repack"
         self._sealed: dict[str, SealedPack] = {}
         self._open: dict[str, OpenPack] = {}
+        self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
+        self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
         with self._recovery_lock:
             self._refresh()
@@ -97,32 +120,67 @@ class ObjectStore:
         own = self._writer.path.name if self._writer else None
         for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
+        for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
+            del self._damaged[stem]
         for name in names:
             if not name.endswith(".pack") or name == own:
                 continue
             stem = name[: -len(".pack")]
-            if stem in self._sealed:
+            if stem in self._sealed or stem in self._damaged:
                 continue
-            path = self.pack_dir / name
-            if f"{stem}.idx" in names:
-                opened = self._open.pop(stem, None)
-                if opened:
-                    opened.close()
-                with suppress(FileNotFoundError):  # merged away by a repack just now
-                    self._sealed[stem] = SealedPack(path)
-                continue
-            pack = self._open.get(stem)
-            if pack is None:
-                try:
-                    pack = self._open[stem] = OpenPack(path)
-                except FileNotFoundError:
-                    continue
-            if pack.try_recover(self._tmp_dir, self._replay):
-                pack.close()
-                del self._open[stem]
+            try:
+                self._look_at(stem, f"{stem}.idx" in names)
+            except DamagedPack as e:
+                # One bad pack must not stop the store: read the others, name this one.
+                self._damaged[stem] = str(e)
+                self._forget_open(stem)
+                warnings.warn(StoreWarning(f"{e}; it is left as it is (ags fsck)"), stacklevel=2)
+
+    def _look_at(self, stem: str, indexed: bool) -> None:
+        """Take in one pack: map a sealed one (rebuilding a damaged index), scan an
+        open one, recover one a crash left behind."""
+        path = self.pack_dir / f"{stem}.pack"
+        if indexed:
+            self._forget_open(stem)  # sealed by its writer, which synced it first
+            try:
                 self._sealed[stem] = SealedPack(path)
-            else:
-                pack.refresh()
+            except FileNotFoundError:  # merged away by a repack just now
+                pass
+            except DamagedIndex as e:
+                try:
+                    rebuild_index(path, self._tmp_dir)
+                except FileNotFoundError:
+                    return
+                warnings.warn(
+                    StoreWarning(f"{e}: rebuilt it from the pack (an index is derived data)"),
+                    stacklevel=3,
+                )
+                self._sealed[stem] = SealedPack(path)
+            return
+        pack = self._open.get(stem)
+        if pack is None:
+            try:
+                pack = self._open[stem] = OpenPack(path)
+            except FileNotFoundError:
+                return
+        outcome = pack.try_recover(self._tmp_dir, self._replay)
+        if outcome == "busy":
+            pack.refresh()
+            return
+        self._forget_open(stem)  # recovered: fsynced by the recovery
+        if outcome == "sealed":
+            self._sealed[stem] = SealedPack(path)
+
+    def _forget_open(self, stem: str) -> None:
+        pack = self._open.pop(stem, None)
+        self._relied_on.pop(stem, None)
+        if pack is not None:
+            pack.close()
+
+    def damaged_packs(self) -> dict[str, str]:
+        """The packs this handle leaves alone (file name -> why), after a fresh look."""
+        self.refresh()
+        return {f"{stem}.pack": why for stem, why in self._damaged.items()}
 
     # -- reading -------------------------------------------------------------
 
@@ -144,10 +202,13 @@ class ObjectStore:
             if loc:
                 return sealed.read(loc)
         try:
-            with open(self.loose_path(oid), "rb") as f:
-                return f.read()
+            return read_file(self.loose_path(oid))
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise CorruptObject(oid, "its loose file is a directory") from None
+        except PermissionError as e:
+            raise CorruptObject(oid, f"its loose file cannot be read ({e.strerror})") from None
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """Return ``(kind, body)``; raise ObjectMissing or CorruptObject."""
@@ -175,7 +236,7 @@ class ObjectStore:
 
     def has(self, oid: str) -> bool:
         """Whether this handle can see the object (without looking for new packs)."""
-        return self._stored_location_known(oid) or os.path.exists(self.loose_path(oid))
+        return self._stored_location_known(oid) or os.path.lexists(self.loose_path(oid))
 
     def _stored_location_known(self, oid: str) -> bool:
         return (
@@ -188,13 +249,17 @@ class ObjectStore:
         """Whether a copy exists that gc will not sweep while a writer comes to need it:
         in a pack being written, or sealed (or loose) less than FRESHEN_AFTER ago."""
         w = self._writer
-        if (w is not None and oid in w.index) or any(p.find(oid) for p in self._open.values()):
+        if w is not None and oid in w.index:
             return True
+        for stem, pack in self._open.items():
+            if pack.find(oid):
+                self._relied_on[stem] = pack
+                return True
         cutoff = time.time() - FRESHEN_AFTER
         if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
             return True
         try:
-            return os.stat(self.loose_path(oid)).st_mtime >= cutoff
+            return os.lstat(self.loose_path(oid)).st_mtime >= cutoff
         except FileNotFoundError:
             return False
 
@@ -210,14 +275,16 @@ class ObjectStore:
             sizes.update((oid, loc[1]) for oid, loc in sealed.locations())
         for oid, path in self._loose_files():
             with suppress(FileNotFoundError):
-                sizes.setdefault(oid, os.stat(path).st_size)
+                sizes.setdefault(oid, os.lstat(path).st_size)
         return sizes
 
     def _loose_files(self) -> Iterator[tuple[str, str]]:
+        """Every loose object file; other files (not named by a lower-case hex id) are
+        not objects, and one of them must not stop a walk of the store."""
         for sub in sorted(os.listdir(self.root)):
-            if len(sub) == 2:
+            if HEX_DIR.fullmatch(sub):
                 for name in os.listdir(self.root / sub):
-                    if len(name) == 62:
+                    if objects.ID_RE.fullmatch(sub + name):
                         yield sub + name, f"{self._root}/{sub}/{name}"
 
     def sealed_packs(self) -> list[SealedPack]:
@@ -263,6 +330,8 @@ class ObjectStore:
         """Store an object; return its id. See the module doc for where and how durably."""
         oid = objects.object_id(kind, body)
         if self._fresh_copy(oid):
+            if not pack:
+                self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         stored = objects.stored_form(kind, body)
         if pack:
@@ -277,7 +346,7 @@ class ObjectStore:
             return w
         if w is not None:
             self._seal_writer(w)
-        self.pack_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.pack_dir)
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
@@ -286,9 +355,18 @@ class ObjectStore:
         self._pack_writer().add_ref_update(payload, files_to_sync)
 
     def sync(self) -> None:
-        """Make every object this handle appended to packs durable."""
+        """Make every object this handle appended to packs, or relies on in another
+        writer's unsealed pack, durable."""
+        self._sync_relied_on()
         if self._writer is not None:
             self._writer.sync()
+
+    def _sync_relied_on(self) -> None:
+        if self._relied_on:
+            for pack in self._relied_on.values():
+                pack.sync()
+            fsync_dir(self.pack_dir)  # its writer may not have made its name durable yet
+            self._relied_on.clear()
 
     def _seal_writer(self, w: PackWriter) -> None:
         w.seal()
@@ -342,7 +420,7 @@ class ObjectStore:
             loose = []
             for oid, path in self._loose_files():
                 with suppress(FileNotFoundError):
-                    st = os.stat(path)
+                    st = os.lstat(path)
                     if st.st_mtime < older_than:
                         loose.append((oid, path, st.st_size))
             keep = mark()
@@ -402,8 +480,7 @@ class ObjectStore:
                 if progress:
                     progress(i + 1, len(packs))
             for oid, path in extra or []:
-                with open(path, "rb") as f:
-                    yield oid, f.read()
+                yield oid, read_file(path)
 
         for oid, stored in stored_forms():
             if oid in copied or (keep is not None and oid not in keep):
@@ -427,15 +504,23 @@ class ObjectStore:
     def _remove_leftovers(self) -> None:
         """Indexes whose pack is gone (a repack died between its two unlinks) and
         temporary files older than an hour (a writer died before renaming them)."""
-        names = set(os.listdir(self.pack_dir))
+        try:
+            names = set(os.listdir(self.pack_dir))
+        except FileNotFoundError:
+            names = set()
         for name in names:
             if name.endswith(".idx") and f"{name[: -len('.idx')]}.pack" not in names:
                 with suppress(FileNotFoundError):
                     (self.pack_dir / name).unlink()
         cutoff = time.time() - LEFTOVER_AGE
-        for entry in os.scandir(self._tmp_dir):
+        try:
+            leftovers = list(os.scandir(self._tmp_dir))
+        except FileNotFoundError:
+            leftovers = []
+        for entry in leftovers:
             with suppress(FileNotFoundError):
-                if entry.stat().st_mtime < cutoff and not _locked(entry.path):
+                st = entry.stat(follow_symlinks=False)
+                if st.st_mtime < cutoff and (entry.is_symlink() or not _locked(entry.path)):
                     os.unlink(entry.path)
 
     def close(self) -> None:
@@ -447,5 +532,6 @@ class ObjectStore:
             pack.close()
         for sealed in self._sealed.values():
             sealed.close()
+        self._relied_on.clear()
         self._open.clear()
         self._sealed.clear()

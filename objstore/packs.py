@@ -33,6 +33,11 @@ Only objects are indexed. A pack without an index is being written (its
 flock is held) or was left by a crash. Readers scan such a pack; whoever
 finds it unlocked recovers it: replays its ref updates (a no-op unless power
 was lost) and writes the index, leaving any torn tail unindexed.
+
+The header is fsynced before the pack is renamed into ``objects/pack/``, so a
+visible pack without one was left by a writer of an older ags that lost
+power before its first sync: if no record in it verifies, recovery deletes
+it. An index that is truncated or malformed is rebuilt from its pack.
 """
 
 from __future__ import annotations
@@ -43,14 +48,15 @@ import os
 import secrets
 import struct
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import blake3
 
 from . import canonical, objects
-from .errors import CorruptObject, StoreFormatError
-from .files import atomic_write, fsync_dir, sync_paths
+from .errors import CorruptObject, DamagedIndex, DamagedPack
+from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
 
 PACK_MAGIC: Final = b"AGSPACK\x01"
 IDX_MAGIC: Final = b"AGSIDX\x01\x00"
@@ -64,6 +70,7 @@ MAX_PACK_BYTES: Final = 256 * 1024 * 1024
 
 Location = tuple[int, int]  # (offset of the payload, its length)
 Replay = Callable[[list[dict[str, Any]]], None]
+Recovery = Literal["busy", "sealed", "removed"]
 
 
 def new_pack_name() -> str:
@@ -83,26 +90,50 @@ class Scan:
 
 
 def scan_records(fd: int, start: int, end: int) -> Scan:
-    """Read record headers in ``[start, end)``.
+    """Read record headers in ``[start, end)`` of a file (see ``scan_buffer``)."""
+    return scan_buffer(os.pread(fd, end - start, start) if end > start else b"", start)
 
-    Stops at the first record that does not fit before ``end`` (one being
-    written, or a torn one left by a crash) or whose type is unknown.
+
+def scan_buffer(data: bytes | memoryview, base: int, size: int | None = None) -> Scan:
+    """Read the record headers in ``data[:size]``, which starts at pack offset ``base``.
+
+    Stops at the first record that does not fit (one being written, or a torn
+    one left by a crash) or whose type is unknown.
     """
     scan = Scan()
-    data = os.pread(fd, end - start, start) if end > start else b""
-    pos, size, head = 0, len(data), RECORD_HEAD.size
+    pos, head = 0, RECORD_HEAD.size
+    size = len(data) if size is None else size
     while pos + head <= size:
         rtype, raw, length = RECORD_HEAD.unpack_from(data, pos)
         if pos + head + length > size or rtype not in (TYPE_OBJECT, TYPE_REF):
             break
-        loc = (start + pos + head, length)
+        loc = (base + pos + head, length)
         if rtype == TYPE_OBJECT:
             scan.objects[raw.hex()] = loc
         else:
             scan.refs.append((raw, loc))
         pos += head + length
-    scan.end = start + pos
+    scan.end = base + pos
     return scan
+
+
+def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
+    """The update a ref-update record holds, checked; CorruptObject says what is wrong."""
+    oid = checksum.hex()
+    _, body = objects.decode(oid, stored, REF_KIND)
+    try:
+        update = canonical.loads(body)
+    except ValueError:
+        raise CorruptObject(oid, "ref update is not JSON") from None
+    if not (
+        isinstance(update, dict)
+        and isinstance(update.get("ref"), str)
+        and isinstance(update.get("log"), dict)
+        and type(update["log"].get("gen")) is int
+        and isinstance(update.get("body"), dict | None)
+    ):
+        raise CorruptObject(oid, "ref update lacks ref, log.gen or body")
+    return update
 
 
 class PackWriter:
@@ -112,12 +143,25 @@ class PackWriter:
         self.name = new_pack_name()
         self.path = pack_dir / f"{self.name}.pack"
         self._tmp_dir = tmp_dir
-        # Locked before it is visible, so no reader ever mistakes it for an abandoned pack.
+        # Locked before it is visible, so no reader ever mistakes it for an abandoned
+        # pack; its header durable before it is visible, so a power loss never leaves
+        # a visible pack without one.
         tmp = tmp_dir / f"{self.name}.pack"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, PACK_MAGIC)
-        os.rename(tmp, self.path)
+        try:
+            fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        except FileNotFoundError:  # tmp/ was removed by hand: make it again
+            make_dirs(tmp_dir)
+            fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, PACK_MAGIC)
+            os.fsync(fd)
+            os.rename(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         self._fd = fd
         self.size = len(PACK_MAGIC)
         self.index: dict[str, Location] = {}
@@ -180,13 +224,21 @@ class PackWriter:
         self._fd = -1
 
 
+def _check_header(path: Path, head: bytes) -> None:
+    """Refuse a pack whose header is not version 1's (a shorter one is a pack that
+    lost its header: recovery decides about it)."""
+    if head != PACK_MAGIC and len(head) == len(PACK_MAGIC):
+        raise DamagedPack(f"pack {path.name} has an unknown format or version")
+
+
 def _open_pack(path: Path) -> int:
     """Open a pack for reading, refusing a version this code does not know."""
-    fd = os.open(path, os.O_RDONLY)
-    head = os.pread(fd, len(PACK_MAGIC), 0)
-    if head != PACK_MAGIC and len(head) == len(PACK_MAGIC):
+    fd = open_fd(path, os.O_RDONLY)
+    try:
+        _check_header(path, os.pread(fd, len(PACK_MAGIC), 0))
+    except BaseException:
         os.close(fd)
-        raise StoreFormatError(f"pack {path.name} has an unknown format or version")
+        raise
     return fd
 
 
@@ -221,26 +273,48 @@ class SealedPack:
         idx_path = pack_path.with_suffix(".idx")
         fd = _open_pack(pack_path)  # first: a pack whose index exists may have been repacked
         try:
+            st = os.fstat(fd)
+            if st.st_size < len(PACK_MAGIC):
+                raise DamagedPack(f"pack {pack_path.name} is truncated")
             self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             self.size = len(self._data)
-            pack_mtime = os.fstat(fd).st_mtime
+            pack_mtime = st.st_mtime
         finally:
             os.close(fd)
-        with open(idx_path, "rb") as f:
-            st = os.fstat(f.fileno())
-            size = st.st_size
+        try:
+            fd = open_fd(idx_path, os.O_RDONLY)
+        except BaseException:
+            self._data.close()
+            raise
+        try:
+            st = os.fstat(fd)
             # When its objects last became reachable from new writes: a pack is never
             # changed after sealing, and a recovered pack is sealed when recovered.
             self.sealed_at = max(pack_mtime, st.st_mtime)
-            if size < ENTRIES_AT + 32:
-                raise StoreFormatError(f"pack index {idx_path} is truncated")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if st.st_size < ENTRIES_AT + 32:
+                self._data.close()
+                raise DamagedIndex(f"pack index {idx_path.name} is truncated")
+            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        try:
+            self._check_index(st.st_size)
+        except DamagedIndex:
+            self.close()
+            raise
+
+    def _check_index(self, size: int) -> None:
+        """The structure a lookup relies on (the checksum over all entries is fsck's)."""
+        name = self.path.with_suffix(".idx").name
         magic, self.pack_size, self.count = IDX_HEAD.unpack_from(self._map, 0)
         if magic != IDX_MAGIC:
-            raise StoreFormatError(f"pack index {idx_path} has an unknown format")
+            raise DamagedIndex(f"pack index {name} has an unknown format")
         if size != ENTRIES_AT + self.count * IDX_ENTRY.size + 32:
-            raise StoreFormatError(f"pack index {idx_path} has the wrong length")
-        self._fanout = (0, *IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size))
+            raise DamagedIndex(f"pack index {name} has the wrong length")
+        fanout = IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size)
+        if fanout[-1] != self.count or list(fanout) != sorted(fanout):
+            raise DamagedIndex(f"pack index {name} has a damaged fanout table")
+        self._fanout = (0, *fanout)
 
     def _entry_range(self, first_byte: int) -> tuple[int, int]:
         """Byte offsets in the index of the entries whose id starts with ``first_byte``."""
@@ -299,6 +373,30 @@ class SealedPack:
             previous = raw
         return problems
 
+    def record_problems(self) -> list[str]:
+        """What is wrong with the records the index covers: a record that cannot be
+        read, a ref-update record that does not verify, an object the index lacks."""
+        end = min(self.pack_size, self.size)
+        start = len(PACK_MAGIC)
+        with memoryview(self._data) as view:
+            scan = scan_buffer(view[start:end], start)
+        problems = []
+        if scan.end < end:
+            problems.append(f"records cannot be read from offset {scan.end} on (of {end})")
+        for checksum, loc in scan.refs:
+            try:
+                decode_ref_update(checksum, self.read(loc))
+            except CorruptObject as e:
+                why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
+                problems.append(
+                    f"ref-update record at offset {loc[0] - RECORD_HEAD.size} is damaged "
+                    f"({why}); the pack is sealed, so no ref depends on it"
+                )
+        missing = len(set(scan.objects) - set(self.ids()))
+        if missing:
+            problems.append(f"the index lacks {missing} object(s) of the pack")
+        return problems
+
     def close(self) -> None:
         self._data.close()
         self._map.close()
@@ -309,7 +407,7 @@ class OpenPack:
 
     def __init__(self, pack_path: Path) -> None:
         self.path = pack_path
-        self._fd = _open_pack(pack_path)
+        self._fd = open_fd(pack_path, os.O_RDONLY)  # its header is checked by refresh
         self.index: dict[str, Location] = {}
         self._scanned = len(PACK_MAGIC)
         self.refresh()
@@ -317,6 +415,8 @@ class OpenPack:
     def refresh(self) -> None:
         end = os.fstat(self._fd).st_size
         if end > self._scanned:
+            if os.pread(self._fd, len(PACK_MAGIC), 0) != PACK_MAGIC:
+                return  # no header: left by a crash (recovery decides), never a writer's
             scan = scan_records(self._fd, self._scanned, end)
             self.index.update(scan.objects)
             self._scanned = scan.end
@@ -327,37 +427,67 @@ class OpenPack:
     def read(self, loc: Location) -> bytes:
         return os.pread(self._fd, loc[1], loc[0])
 
-    def try_recover(self, tmp_dir: Path, replay: Replay) -> bool:
-        """Seal the pack if no writer holds it; return whether it is sealed now.
+    def sync(self) -> None:
+        """Make what its writer wrote so far durable (a reader relies on an object in it)."""
+        os.fsync(self._fd)
+
+    def try_recover(self, tmp_dir: Path, replay: Replay) -> Recovery:
+        """Seal the pack if no writer holds it: ``"busy"`` if one does, ``"sealed"``
+        once it has an index, ``"removed"`` if it held nothing.
 
         Verifies every record, replays its ref updates and writes the index,
         whose pack length marks where the good records end. Bytes after that
         (a torn tail) are left alone, not cut: should they come from a damaged
         header in the middle instead, nothing readable is destroyed.
+
+        A pack without its header (a writer of an older ags lost power before
+        its first sync: zero bytes, or zeros) in which no record verifies holds
+        nothing anyone was told is durable: it is deleted. One in which a
+        record verifies is damage, not a crash: DamagedPack, and it stays.
         """
-        fd = os.open(self.path, os.O_RDWR)
+        fd = open_fd(self.path, os.O_RDWR)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return False
-            if self.path.with_suffix(".idx").exists():
-                return True
-            if os.pread(fd, len(PACK_MAGIC), 0) != PACK_MAGIC:
-                raise StoreFormatError(f"pack {self.path} has an unknown format")
+                return "busy"
+            if os.path.lexists(self.path.with_suffix(".idx")):
+                return "sealed"
             size = os.fstat(fd).st_size
+            head = os.pread(fd, len(PACK_MAGIC), 0)
             scan = scan_records(fd, len(PACK_MAGIC), size)
             good_objects, updates, good_end = _verified(fd, scan)
+            if head != PACK_MAGIC:
+                another_version = len(head) == len(PACK_MAGIC) and head[:-1] == PACK_MAGIC[:-1]
+                if another_version or good_end > len(PACK_MAGIC):
+                    raise DamagedPack(f"pack {self.path.name} has a damaged header")
+                os.unlink(self.path)
+                fsync_dir(self.path.parent)
+                return "removed"
             replay(updates)
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
             self.index = good_objects
-            return True
+            return "sealed"
         finally:
             os.close(fd)
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def rebuild_index(pack_path: Path, tmp_dir: Path) -> int:
+    """Write the index of a sealed pack again from the pack itself (after the old one
+    was found damaged); return how many objects it indexes. Ref updates are not
+    replayed: a sealed pack's refs were made durable before it was sealed."""
+    fd = _open_pack(pack_path)
+    try:
+        scan = scan_records(fd, len(PACK_MAGIC), os.fstat(fd).st_size)
+        good_objects, _updates, good_end = _verified(fd, scan)
+        write_index(pack_path, tmp_dir, good_objects, good_end)
+        return len(good_objects)
+    finally:
+        os.close(fd)
 
 
 def _verified(fd: int, scan: Scan) -> tuple[dict[str, Location], list[dict[str, Any]], int]:
@@ -377,9 +507,8 @@ def _verified(fd: int, scan: Scan) -> tuple[dict[str, Location], list[dict[str, 
     updates: list[tuple[int, dict[str, Any]]] = []
     for checksum, loc in scan.refs:
         try:
-            _, body = objects.decode(checksum.hex(), os.pread(fd, loc[1], loc[0]), REF_KIND)
-            update = canonical.loads(body)
-        except (CorruptObject, ValueError):
+            update = decode_ref_update(checksum, os.pread(fd, loc[1], loc[0]))
+        except CorruptObject:
             continue
         updates.append((loc[0], update))
         good_end = max(good_end, loc[0] + loc[1])

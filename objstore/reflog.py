@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import canonical
+from .files import read_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,22 +40,41 @@ class ReflogEntry:
         return canonical.dumps(self.as_dict()) + b"\n"
 
 
+def _parse(raw: bytes) -> ReflogEntry | None:
+    try:
+        d = canonical.loads(raw)
+        entry = ReflogEntry(d["old"], d["new"], int(d["gen"]), d["time"], d["reason"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(isinstance(v, str | None) for v in (entry.old, entry.new)):
+        return None
+    if not isinstance(entry.time, str) or not isinstance(entry.reason, str):
+        return None
+    return entry
+
+
 def read_reflog(path: str, current_gen: int | None) -> list[ReflogEntry]:
     """The effective entries, oldest first. ``current_gen`` None means the ref is gone."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path)
     except FileNotFoundError:
         return []
     by_gen: dict[int, ReflogEntry] = {}
     for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn
-        try:
-            d = canonical.loads(raw)
-            entry = ReflogEntry(d["old"], d["new"], int(d["gen"]), d["time"], d["reason"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        by_gen[entry.gen] = entry
+        entry = _parse(raw)
+        if entry is not None:
+            by_gen[entry.gen] = entry
     entries = [by_gen[g] for g in sorted(by_gen)]
     if current_gen is not None:
         entries = [e for e in entries if e.gen <= current_gen]
     return entries
+
+
+def unreadable_lines(path: str) -> list[int]:
+    """The numbers (from 1) of the whole lines of a reflog that do not parse: damage,
+    since a crash can only tear the last line, which has no newline."""
+    try:
+        data = read_file(path)
+    except FileNotFoundError:
+        return []
+    return [n for n, raw in enumerate(data.split(b"\n")[:-1], 1) if _parse(raw) is None]

@@ -153,10 +153,11 @@ class RefStore:
 
     def _read_file(self, name: str) -> RefRecord | None:
         try:
-            with open(self.path(name), "rb") as f:
-                data = f.read()
+            data = files.read_file(self.path(name))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None  # a directory of longer names (tags/t of tags/t/a) is no ref either
+        except PermissionError as e:
+            raise StoreFormatError(f"ref {name} cannot be read ({e.strerror})") from None
         try:
             body = canonical.loads(data)
             return RefRecord(name, int(body["generation"]), body["target"], body)
@@ -415,7 +416,7 @@ class RefStore:
         logged = read_reflog(self.log_path(name), None)
         logged_gens = {e.gen for e in logged}
         newer: list[dict[str, Any]] = []
-        if os.path.exists(self.path(name)):
+        if os.path.lexists(self.path(name)):
             try:
                 current = self._read_file(name)
                 have = current.generation if current else 0

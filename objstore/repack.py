@@ -2,9 +2,10 @@
 
 Every process that writes gets a pack of its own, and a lookup that misses
 searches every pack, so packs must not pile up. When a store holds more than
-``MAX_PACKS`` sealed packs, the small ones are merged into one, leaving the
-big ones alone: sizes then grow geometrically and each object is copied
-O(log n) times over the store's life, as with Git's geometric repacking.
+``MAX_PACKS`` sealed packs, packs are merged so that the rest form a
+geometric progression (each at least twice the next smaller one), as Git's
+geometric repacking does: sizes then grow geometrically and each object is
+copied O(log n) times over the store's life.
 """
 
 from __future__ import annotations
@@ -13,22 +14,32 @@ from collections.abc import Sequence
 from typing import Final
 
 MAX_PACKS: Final = 8
+FACTOR: Final = 2
 
 
 def packs_to_merge(sizes: Sequence[int]) -> list[int]:
     """Indexes (into ``sizes``) of the packs to merge into one; empty if none need to be.
 
-    Takes packs smallest first, and stops before a pack bigger than twice all
-    those taken so far: merging it would copy much to gain little.
+    Smallest first: from the biggest pack down, find where the progression
+    breaks (a pack less than twice the next smaller one); every pack below
+    the break is merged, and so is each pack above it that the merged pack
+    would not be half the size of. At least two packs are merged. (A policy
+    that took packs from the smallest up and stopped at the first big step
+    merged only the newest tiny packs for ever while same-sized packs piled
+    up above them.)
     """
     if len(sizes) <= MAX_PACKS:
         return []
     order = sorted(range(len(sizes)), key=lambda i: sizes[i])
-    taken: list[int] = []
-    total = 0
-    for i in order:
-        if len(taken) >= 2 and sizes[i] > 2 * total:
+    ordered = [sizes[i] for i in order]
+    split = 0
+    for i in range(len(ordered) - 1, 0, -1):
+        if ordered[i] < FACTOR * ordered[i - 1]:
+            split = i + 1  # the pair that breaks the progression is merged, both
             break
-        taken.append(i)
-        total += sizes[i]
-    return taken
+    split = max(split, 2)
+    total = sum(ordered[:split])
+    while split < len(ordered) and ordered[split] < FACTOR * total:
+        total += ordered[split]
+        split += 1
+    return order[:split]

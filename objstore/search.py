@@ -47,6 +47,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 import zstandard
 
 from .errors import AgsError, InvalidInput
+from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
 from .store import SessionInfo, Store
 
@@ -351,7 +352,7 @@ class SearchIndex:
             raise _index_error(self.path, e) from None
 
     def _connect_once(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(exist_ok=True)
+        _private_database_file(self.path)
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE).
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         db.create_function(_UNZSTD, 1, _text_decompressor(), deterministic=True)
@@ -629,6 +630,17 @@ class _Transaction:
         elif self._db.in_transaction:
             with suppress(sqlite3.Error):  # a corrupt file may refuse even this
                 self._db.execute("ROLLBACK")
+
+
+def _private_database_file(path: Path) -> None:
+    """Make the database file 0600 in a 0700 directory before SQLite opens it (its
+    -wal and -shm files take the database file's mode), and refuse links: SQLite
+    would follow them."""
+    make_dirs(path.parent, durable=False)
+    for suffix in ("-wal", "-shm"):
+        if os.path.islink(f"{path}{suffix}"):
+            raise planted_link(f"{path}{suffix}")
+    os.close(open_fd(path, os.O_RDWR | os.O_CREAT))
 
 
 def _create_schema(db: sqlite3.Connection) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 
+from .errors import ObjectError, StoreWarning
 from .nodes import Node
 from .reach import node_links, reachable
 from .store import SessionInfo, Store
@@ -61,7 +63,15 @@ def store_usage(store: Store) -> StoreUsage:
                 disk += os.lstat(os.path.join(dirpath, name)).st_size
     sessions = store.sessions(include_archived=True)
     memo: dict[str, tuple[int, str | None]] = {}
-    logical = sum(_logical_bytes(store, s.head, unique, memo) for s in sessions)
+    logical = 0
+    for s in sessions:
+        try:
+            logical += _logical_bytes(store, s.head, unique, memo)
+        except ObjectError as e:  # one damaged history must not stop the report
+            warnings.warn(
+                StoreWarning(f"session {s.id}: {e}; its logical size is left out (ags fsck)"),
+                stacklevel=2,
+            )
     packs = len(store.objects.sealed_packs())
     return StoreUsage(
         str(store.path),

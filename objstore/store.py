@@ -10,7 +10,9 @@ This is the public API other tools build on::
 
 A store handle belongs to one thread. The first append to a session takes
 the session's writer lock, and the handle keeps it until ``release`` or
-``close``.
+``close``; ``with store.writing(sid):`` holds it for a block instead. A
+handle dropped without ``close`` is closed when it is collected (its pack
+sealed, its locks released), not when the process exits.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,17 +33,21 @@ from . import canonical
 from .errors import (
     CorruptObject,
     InvalidInput,
+    InvalidName,
     LimitExceeded,
     RefConflict,
     SessionArchived,
     StoreFormatError,
+    StoreMissing,
+    StoreWarning,
     UnknownSpec,
 )
-from .files import atomic_write
+from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_OBJECT_BYTES
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore
+from .permissions import check_store_access, shared_allowed
 from .refs import (
     SESSION_ID_RE,
     Body,
@@ -110,14 +119,39 @@ def new_session_id() -> str:
     return secrets.token_hex(16)
 
 
-def _session_info(rec: RefRecord) -> SessionInfo:
+_META_TYPES: Final = {
+    "title": (str, type(None)),
+    "created": (str,),
+    "updated": (str,),
+    "archived_at": (str, type(None)),
+    "root": (str, type(None)),
+    "forked_from": (dict, type(None)),
+    "model": (str, type(None)),
+}
+
+
+def session_info(rec: RefRecord) -> SessionInfo:
+    """A session ref's metadata, checked: a damaged field is a StoreFormatError that
+    names the ref and the field, never a traceback."""
     meta = rec.body.get("meta", {})
+    if not isinstance(meta, dict):
+        raise StoreFormatError(f"ref {rec.name} is damaged: its meta is not an object")
+    for key, types in _META_TYPES.items():
+        if key in meta and not isinstance(meta[key], types):
+            raise StoreFormatError(f"ref {rec.name} is damaged: meta.{key} is {meta[key]!r}")
+    messages = meta.get("messages", 0)
+    if type(messages) is not int or messages < 0:
+        raise StoreFormatError(
+            f"ref {rec.name} is damaged: meta.messages is {messages!r}, not a count"
+        )
+    if rec.target is not None and not isinstance(rec.target, str):
+        raise StoreFormatError(f"ref {rec.name} is damaged: its target is {rec.target!r}")
     return SessionInfo(
         id=rec.name.split("/", 1)[1],
         title=meta.get("title"),
         created=meta.get("created", ""),
         updated=meta.get("updated", ""),
-        messages=int(meta.get("messages", 0)),
+        messages=messages,
         root=meta.get("root"),
         archived_at=meta.get("archived_at"),
         forked_from=meta.get("forked_from"),
@@ -151,7 +185,46 @@ def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
 
 
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
+    session_info(rec)  # a damaged ref is named, not rewritten
     return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
+
+
+def _create_store(root: Path) -> None:
+    """Make the layout and then the marker (a store is one once the marker exists).
+    Another process creating the same store at the same moment leaves only these."""
+    if root.exists() and not {p.name for p in root.iterdir()} <= LAYOUT:
+        raise StoreFormatError(f"{root} is not empty and is not an ags store")
+    make_dirs(root)
+    os.chmod(root, DIR_MODE)  # an empty directory made by someone else's mkdir: private now
+    for sub in ("objects/pack", "refs/sessions", "refs/tags", "logs", "locks", "tmp"):
+        make_dirs(root / sub)
+    marker = canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n"
+    atomic_write(root / "tmp", root / CONFIG_FILE, marker)
+
+
+def default_store_path() -> Path:
+    """``$AGS_STORE``, else ``~/.ags``."""
+    return Path(os.environ.get("AGS_STORE") or Path.home() / ".ags").expanduser().absolute()
+
+
+def _read_node(objects: ObjectStore, node_id: str) -> Node:
+    kind, body = objects.get(node_id)
+    if kind != "node":
+        raise CorruptObject(node_id, f"expected a node, found a {kind}")
+    return parse_node(node_id, body)
+
+
+def _close_parts(objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock]) -> None:
+    """Close a handle: seal its pack, let go of every file and lock (a no-op when
+    closed already). Also what a handle that is collected without ``close`` runs
+    (``weakref.finalize``), so it must not refer to the handle itself."""
+    try:
+        objects.close()
+    finally:
+        refs.close()
+        for lock in writers.values():
+            lock.release()
+        writers.clear()
 
 
 class Store:
@@ -162,37 +235,51 @@ class Store:
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
         self.objects = ObjectStore(path / "objects", self.tmp_dir, self.refs.replay, path / "locks")
-        self._resolver = Resolver(self.refs, self.objects, self.node)
+        # Nothing here may refer back to the handle: a cycle would keep a dropped
+        # handle (and its locks) alive until the cycle collector happened to run.
+        self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
         self._writers: dict[str, WriterLock] = {}
         self._tips: dict[str, _Tip] = {}  # per session this handle writes
         self._batch_depth = 0
+        # Closing twice is harmless, so the finalizer stays armed after ``close``.
+        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
 
     # -- opening and closing ---------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None) -> Store:
-        """Open the store at ``path`` (default ``$AGS_STORE``, else ``~/.ags``), creating it."""
-        if path is None:
-            path = os.environ.get("AGS_STORE") or Path.home() / ".ags"
-        root = Path(path).expanduser().absolute()
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        allow_shared: bool | None = None,
+    ) -> Store:
+        """Open the store at ``path`` (default ``$AGS_STORE``, else ``~/.ags``).
+
+        A missing store is created (mode 0700) unless ``create`` is false, then
+        it is StoreMissing. A store that another user owns or can write to is
+        refused (UnsafeStore, see permissions.py) unless ``allow_shared`` (default:
+        ``$AGS_ALLOW_SHARED_STORE``).
+        """
+        root = default_store_path() if path is None else Path(path).expanduser().absolute()
         config = root / CONFIG_FILE
+        checked = not shared_allowed(allow_shared)
+        if checked:
+            check_store_access(root)  # before anything in it is read or written
         try:
-            data = config.read_bytes()
+            data = read_file(config)
         except FileNotFoundError:
             data = None
         except NotADirectoryError:
             raise StoreFormatError(f"{root} is a file, not an ags store") from None
         if data is None:
-            # Another process creating the store at the same moment leaves only these.
-            if root.exists() and not {p.name for p in root.iterdir()} <= LAYOUT:
-                raise StoreFormatError(f"{root} is not empty and is not an ags store")
-            for sub in ("objects/pack", "refs/sessions", "refs/tags", "logs", "locks", "tmp"):
-                (root / sub).mkdir(parents=True, exist_ok=True)
-            atomic_write(
-                root / "tmp",
-                config,
-                canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n",
-            )
+            if not create:
+                if root.is_dir() and any(root.iterdir()):
+                    raise StoreFormatError(f"{root} is not empty and is not an ags store")
+                raise StoreMissing(str(root))
+            _create_store(root)
+            if checked:
+                check_store_access(root)  # and what another process made at the same time
         else:
             try:
                 cfg = canonical.loads(data)
@@ -208,15 +295,10 @@ class Store:
         return cls(root)
 
     def close(self) -> None:
-        """Seal this handle's pack and release every writer lock."""
-        try:
-            self.objects.close()
-        finally:
-            self.refs.close()
-            for lock in self._writers.values():
-                lock.release()
-            self._writers.clear()
-            self._tips.clear()
+        """Seal this handle's pack and release every writer lock. A handle used again
+        after ``close`` opens what it needs again; closing again lets go of it."""
+        self._tips.clear()
+        _close_parts(self.objects, self.refs, self._writers)
 
     def __enter__(self) -> Store:
         return self
@@ -227,10 +309,7 @@ class Store:
     # -- objects ---------------------------------------------------------------
 
     def node(self, node_id: str) -> Node:
-        kind, body = self.objects.get(node_id)
-        if kind != "node":
-            raise CorruptObject(node_id, f"expected a node, found a {kind}")
-        return parse_node(node_id, body)
+        return _read_node(self.objects, node_id)
 
     def blob(self, blob_id: str) -> Any:
         """The JSON value stored in a blob."""
@@ -294,22 +373,33 @@ class Store:
         rec = self.refs.read(session_ref(sid))
         if rec is None:
             raise UnknownSpec(f"no session {sid}")
-        return _session_info(rec)
+        return session_info(rec)
 
     def sessions(self, include_archived: bool = False) -> list[SessionInfo]:
-        """Every session, most recently updated first."""
+        """Every session, most recently updated first. A session ref that cannot be
+        read is left out and named in a StoreWarning: one damaged file must not
+        hide the others."""
         rows = []
         for name in self.refs.names("sessions"):
             if not SESSION_ID_RE.fullmatch(name.split("/", 1)[1]):
                 continue
-            rec = self.refs.read(name)
-            if rec is None:
+            try:
+                rec = self.refs.read(name)
+                if rec is None:
+                    continue
+                info = session_info(rec)
+            except StoreFormatError as e:
+                warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
                 continue
-            info = _session_info(rec)
             if include_archived or not info.archived:
                 rows.append(info)
         rows.sort(key=lambda s: (s.updated, s.id), reverse=True)
         return rows
+
+    @property
+    def writer_locks(self) -> frozenset[str]:
+        """The sessions whose writer lock this handle holds."""
+        return frozenset(self._writers)
 
     def lock(self, session: str) -> str:
         """Take the writer lock of a session (SessionBusy if another process has it)."""
@@ -354,7 +444,7 @@ class Store:
         rec = self.refs.read(session_ref(sid))
         if rec is None:
             raise UnknownSpec(f"no session {sid}")
-        if rec.body.get("meta", {}).get("archived_at"):
+        if session_info(rec).archived:
             raise SessionArchived(sid)
         tip = self._tips[sid] = self._tip_at(self.node(rec.target) if rec.target else None)
         return sid, tip
@@ -586,12 +676,12 @@ class Store:
 
     def archive(self, session: str) -> None:
         """Hide a session from listings and refuse writes to it until unarchived."""
-        with self._exclusive(session) as sid:
+        with self.writing(session) as sid:
 
             def change(current: RefRecord | None) -> Body:
                 if current is None:
                     raise UnknownSpec(f"no session {sid}")
-                if current.body.get("meta", {}).get("archived_at"):
+                if session_info(current).archived:
                     return current.body  # already archived: keep when, for gc's retention
                 return _with_meta(current, archived_at=now_iso())
 
@@ -602,15 +692,17 @@ class Store:
 
     def delete(self, session: str) -> None:
         """Remove a session's ref. Its reflog stays, so it can be recovered until gc."""
-        with self._exclusive(session) as sid:
+        with self.writing(session) as sid:
             self.refs.transact(session_ref(sid), "delete", lambda cur: None)
 
     @contextmanager
-    def _exclusive(self, session: str) -> Iterator[str]:
-        """Hold the writer lock for a change no writer may be cut off by (archive, delete).
+    def writing(self, session: str) -> Iterator[str]:
+        """Hold the session's writer lock for the block; yield the session id.
 
-        A lock this handle already holds is used and kept; the remembered
-        head is dropped so the next append reads the ref again.
+        ``with store.writing(sid): store.append(sid, ...)`` lets go of the lock when
+        the block ends, where a bare ``append`` keeps it until ``release`` or
+        ``close``. A lock this handle already held is kept; either way the
+        remembered head is dropped, so the next append reads the ref again.
         """
         sid = self.session_id(session)
         held = sid in self._writers
@@ -679,8 +771,12 @@ class Store:
         """Every tag and the node it names."""
         out = {}
         for ref in self.refs.names("tags"):
-            rec = self.refs.read(ref)
-            if rec is not None and rec.target:
+            try:
+                rec = self.refs.read(ref)
+            except (StoreFormatError, InvalidName) as e:
+                warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
+                continue
+            if rec is not None and isinstance(rec.target, str):
                 out[ref.split("/", 1)[1]] = rec.target
         return dict(sorted(out.items()))
 

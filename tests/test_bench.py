@@ -23,6 +23,9 @@ ROWS = {
     "import_time",
     "reimport_time",
     "import_bytes",
+    "web_list",
+    "web_transcript_first",
+    "web_transcript",
 }
 
 

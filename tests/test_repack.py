@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,30 @@ def test_policy_merges_small_packs_and_leaves_big_ones():
     assert sorted(packs_to_merge(small_then_big)) == list(range(MAX_PACKS))
     growing = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert len(packs_to_merge(growing)) >= 2  # always makes progress when over the limit
+
+
+def test_policy_merges_same_sized_packs_above_a_trickle_of_tiny_ones():
+    """What a long soak showed: tiny packs keep arriving (handles that wrote little)
+    while same-sized ones pile up above them; they must be merged too."""
+    sizes = [5, 5] + [4000] * 20 + [1_000_000]
+    assert sorted(packs_to_merge(sizes)) == list(range(22))
+    after = [5 * 2 + 4000 * 20, 1_000_000, 3, 4] + [6] * 6  # the next round
+    merged = sorted(packs_to_merge(after))
+    assert 1 not in merged and set(range(2, 10)) <= set(merged)
+
+
+def test_packs_stay_few_when_many_arrive_between_repacks():
+    """Sizes like a 2-minute soak's (handles that reopen every 300 appends), ten
+    new packs for every repack that gets the lock (gc holds it while it marks)."""
+    rng = random.Random(5)
+    sizes = [16_875_673, 5_095_930, 1_018_335]
+    for _round in range(200):
+        sizes += [rng.choice([8_019, 51_146, 149_738, 227_228, 262_024]) for _ in range(10)]
+        chosen = set(packs_to_merge(sizes))
+        if chosen:
+            merged = sum(sizes[i] for i in chosen)
+            sizes = [s for i, s in enumerate(sizes) if i not in chosen] + [merged]
+        assert len(sizes) <= MAX_PACKS + 10
 
 
 def test_many_writers_leave_few_packs_and_every_message(tmp_path):

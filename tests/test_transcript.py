@@ -61,7 +61,11 @@ def test_html_is_self_contained_and_hostile_text_is_inert(tmp_path: Path) -> Non
     assert "script" not in parsed.tags and "img" not in parsed.tags
     # Only the page's own markup: no attribute that loads or runs anything.
     names = {name for name, _ in parsed.attrs}
-    assert names <= {"lang", "charset", "name", "content", "http-equiv", "class", "id", "open"}
+    assert names <= {
+        "lang", "charset", "name", "content", "http-equiv", "class", "id", "open", "href",
+        "data-node", "data-call", "datetime", "title",
+    }  # fmt: skip
+    assert all(v and v.startswith("#n-") for k, v in parsed.attrs if k == "href")
     assert not re.search(r"https?://", page)
     assert "default-src 'none'" in page
     text = "".join(parsed.text)

@@ -1,0 +1,268 @@
+"""``ags serve`` over plain HTTP: the guard (Host header, token, anti-CSRF, origin,
+read-only), the headers of every response, paging, exports, errors.
+
+The server is a real process on a free loopback port (tests/web_server.py);
+requests are made with httpx, so each check sees exactly what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from objstore import Store
+from tests.web_server import Server, ags_serve
+from tests.web_store import Demo, build_demo_store
+from web.guard import Guard, is_loopback, needs_token
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Demo, Path]]:
+    root = tmp_path_factory.mktemp("guard")
+    demo = build_demo_store(root / "store")
+    with ags_serve(root / "store") as server:
+        yield server, demo, root / "store"
+
+
+def client(server: Server) -> httpx.Client:
+    return httpx.Client(base_url=server.base, timeout=30)
+
+
+def csrf_of(c: httpx.Client, path: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', c.get(path).text)
+    assert found
+    return found.group(1)
+
+
+def title(store: Path, sid: str) -> str | None:
+    with Store.open(store) as s:
+        return s.session(sid).title
+
+
+def test_a_host_name_the_server_does_not_answer_to_is_refused(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    server, _, _ = site
+    with client(server) as c:
+        # DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1.
+        refused = c.get("/", headers={"host": f"evil.example:{server.port}"})
+        assert refused.status_code == 421
+        assert "Fix the failing build" not in refused.text
+        assert c.get("/", headers={"host": "127.0.0.1"}).status_code == 421  # another port
+        assert c.get("/", headers={"host": f"localhost:{server.port}"}).status_code == 200
+        assert c.get("/").status_code == 200
+
+
+def test_every_response_carries_a_strict_content_security_policy(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    server, demo, _ = site
+    with client(server) as c:
+        for path in ("/", f"/s/{demo.main}", "/static/app.js", "/nowhere", f"/s/{'0' * 32}"):
+            r = c.get(path)
+            csp = r.headers["content-security-policy"]
+            assert "default-src 'none'" in csp and "script-src 'self'" in csp
+            assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+            assert r.headers["x-content-type-options"] == "nosniff"
+        assert c.get("/nowhere").status_code == 404
+        assert c.get(f"/s/{'0' * 32}").status_code == 404
+        page = c.get(f"/s/{demo.main}").text
+        assert "<script>" not in page and " on" not in re.sub(r">[^<]*<", "><", page)
+
+
+def test_a_change_needs_the_pages_csrf_token_and_origin(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    server, demo, store = site
+    path = f"/s/{demo.main}/title"
+    with client(server) as c, client(server) as other:
+        token = csrf_of(c, f"/s/{demo.main}")
+        for data, headers in [
+            ({"title": "x"}, {}),  # no token
+            ({"title": "x", "csrf": "0" * 64}, {}),  # a guess
+            ({"title": "x", "csrf": csrf_of(other, f"/s/{demo.main}")}, {}),  # another browser's
+            ({"title": "x", "csrf": token}, {"origin": "http://evil.example"}),
+            ({"title": "x", "csrf": token}, {"origin": f"http://127.0.0.1:{server.port + 1}"}),
+            ({"title": "x", "csrf": token}, {"sec-fetch-site": "cross-site"}),
+        ]:
+            r = c.post(path, data=data, headers=headers)
+            assert r.status_code == 403, (data, headers)
+            assert title(store, demo.main) == "Fix the failing build"
+        r = c.post(path, content=json.dumps({"title": "x", "csrf": token}),
+                   headers={"content-type": "application/json"})  # fmt: skip
+        assert r.status_code == 403
+        r = c.post(path, data={"title": "Renamed over HTTP", "csrf": token},
+                   headers={"origin": server.base})  # fmt: skip
+        assert r.status_code == 303 and r.headers["location"].startswith(f"/s/{demo.main}")
+        assert title(store, demo.main) == "Renamed over HTTP"
+        c.post(path, data={"title": "Fix the failing build", "csrf": token})
+
+
+def test_a_bad_change_is_one_line_on_a_page_and_changes_nothing(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    server, demo, store = site
+    with client(server) as c:
+        token = csrf_of(c, f"/s/{demo.main}")
+        r = c.post(f"/s/{demo.main}/tag", data={"csrf": token, "name": "bad name!"})
+        assert r.status_code == 400 and "bad tag name" in r.text
+        r = c.post(f"/s/{demo.main}/title", data={"csrf": token, "title": "x" * 1001})
+        assert r.status_code == 400 and "at most 1000 characters" in r.text
+        r = c.post(f"/s/{demo.main}/fork", data={"csrf": token, "node": "f" * 64})
+        assert r.status_code == 400 and "not in the history" in r.text
+        r = c.post(f"/s/{demo.main}/delete", data={"csrf": token})
+        assert r.status_code == 400 and "confirmation" in r.text
+        with Store.open(store) as s:
+            assert s.session(demo.main).title == "Fix the failing build"
+            assert s.tags() == {}
+            assert len(s.sessions(include_archived=True)) == 4
+
+
+def test_pages_of_sessions_filter_by_project_and_state(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s") as s, s.batch():
+        for i in range(120):
+            sid = s.new_session(title=f"session {i:03d}", root="/a" if i % 3 else "/b")
+            s.append(sid, {"role": "user", "content": f"number {i}"})
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        first = c.get("/").text
+        assert "120 sessions" in first and "page 1 of 3" in first
+        assert first.count('<tr class="archived">') == 0
+        assert len(re.findall(r"<tr>", first)) == 51  # the header and 50 rows
+        last = c.get("/", params={"page": "3"}).text
+        assert len(re.findall(r"<tr>", last)) == 21
+        assert "session 000" in last and "session 119" not in last
+        only_b = c.get("/", params={"project": "/b"}).text
+        assert "40 sessions" in only_b and "session 001" not in only_b
+        assert c.get("/", params={"page": "99"}).status_code == 200  # the last page
+        assert c.get("/", params={"page": "x", "state": "?"}).status_code == 200
+
+
+def test_exports_download_what_ags_export_writes(site: tuple[Server, Demo, Path]) -> None:
+    server, demo, _ = site
+    with client(server) as c:
+        doc = c.get(f"/s/{demo.main}/export/json")
+        assert doc.headers["content-disposition"].startswith("attachment;")
+        assert doc.json()["format"] == "ags-export"
+        md = c.get(f"/s/{demo.main}/export/md")
+        assert md.text.startswith("# Fix the failing build")
+        page = c.get(f"/s/{demo.main}/export/html")
+        assert "attachment" in page.headers["content-disposition"]
+        assert "default-src 'none'" in page.text
+        assert c.get(f"/s/{demo.main}/export/exe").status_code == 404
+
+
+def test_read_only_shows_and_changes_nothing(tmp_path: Path) -> None:
+    demo = build_demo_store(tmp_path / "s")
+    with ags_serve(tmp_path / "s", "--read-only") as server, client(server) as c:
+        page = c.get(f"/s/{demo.main}").text
+        assert 'method="post"' not in page and "read-only" in page
+        for path in ("archive", "title", "fork", "delete", "tag"):
+            r = c.post(f"/s/{demo.main}/{path}", data={"csrf": "x", "title": "t", "name": "n"})
+            assert r.status_code == 403 and "read-only" in r.text
+        assert c.get(f"/s/{demo.main}/delete").status_code == 400
+        with Store.open(tmp_path / "s") as s:
+            assert not s.session(demo.main).archived
+
+
+def test_the_token_is_needed_for_every_request(tmp_path: Path) -> None:
+    build_demo_store(tmp_path / "s")
+    with ags_serve(tmp_path / "s", "--token") as server, client(server) as c:
+        token = server.url.split("?token=", 1)[1]
+        for path in ("/", "/static/app.js", "/search?q=fix", f"/?token={token[:-1]}x"):
+            r = c.get(path)
+            assert r.status_code == 403 and "token" in r.text
+        r = c.get(f"/?token={token}")
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert c.get("/").status_code == 200  # the cookie now
+        assert "Fix the failing build" in c.get("/").text
+
+
+def test_off_loopback_a_token_is_always_asked() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("127.3.2.1") and is_loopback("::1")
+    assert is_loopback("localhost") and is_loopback("[::1]")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    assert not is_loopback("::") and not is_loopback("example.com")
+    assert needs_token("0.0.0.0", asked=False) and needs_token("10.1.2.3", asked=False)
+    assert not needs_token("127.0.0.1", asked=False) and needs_token("127.0.0.1", asked=True)
+    lan = Guard("192.168.1.5", 8765, "t" * 32)
+    assert lan.allowed_host("192.168.1.5:8765") and lan.allowed_host("127.0.0.1:8765")
+    assert not lan.allowed_host("evil.example:8765") and not lan.allowed_host("192.168.1.5")
+    everywhere = Guard("0.0.0.0", 8765, "t" * 32)
+    assert everywhere.allowed_host("my-laptop.local:8765")  # the token guards it
+    assert everywhere.first_url() == f"http://127.0.0.1:8765/?token={'t' * 32}"
+    assert Guard("::1", 80, None).first_url() == "http://[::1]:80/"
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        Store.open(tmp_path / "s").close()
+        result = CliRunner().invoke(
+            cli, ["--store", str(tmp_path / "s"), "serve", "--port", str(port)]
+        )
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith(f"ags: cannot listen on 127.0.0.1 port {port}")
+    )
+
+
+def next_event(lines: Iterator[str]) -> tuple[str, str]:
+    """The next named event of a server-sent event stream: (event, data)."""
+    kind, data = "", ""
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and kind:
+            return kind, data
+    raise AssertionError("the stream ended")
+
+
+def test_live_events_append_reload_and_gone(site: tuple[Server, Demo, Path]) -> None:
+    server, _, store = site
+    with Store.open(store) as s:
+        sid = s.new_session(title="watched")
+        s.append(sid, {"role": "user", "content": "one"})
+        head = s.session(sid).head
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        assert events.headers["content-type"].startswith("text/event-stream")
+        lines = events.iter_lines()
+        with Store.open(store) as s:
+            s.append(sid, {"role": "assistant", "content": "two *words*"})
+        kind, data = next_event(lines)
+        update = json.loads(data)
+        assert kind == "update" and update["messages"] == 2 and update["replace"] == []
+        assert len(update["append"]) == 1 and "<em>words</em>" in update["append"][0]
+        with Store.open(store) as s:  # a compaction changes what the model saw: reload
+            s.compact(sid, "short", keep=1)
+        assert next_event(lines)[0] == "reload"
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        lines = events.iter_lines()
+        assert next_event(lines)[0] == "reload"  # the page is behind by a compaction
+    with Store.open(store) as s:
+        head = s.session(sid).head
+        s.rewind(sid, f"{sid}~1")
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        assert next_event(events.iter_lines())[0] == "reload"  # moved back, not forward
+    with Store.open(store) as s:
+        head = s.session(sid).head
+    with client(server) as c, c.stream("GET", f"/s/{sid}/events?since={head}") as events:
+        lines = events.iter_lines()
+        with Store.open(store) as s:
+            s.delete(sid)
+        assert next_event(lines)[0] == "gone"

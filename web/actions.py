@@ -1,0 +1,133 @@
+"""The requests that change the store: rename, tag, fork, archive, unarchive, delete.
+
+Each is a POST of a URL-encoded form that web/guard.py has read and checked
+(token, origin, anti-CSRF field) before it gets here; with ``--read-only``
+the guard refuses them all. Each is one call of the ``Store`` API, and answers with a
+redirect to the page that shows the result (303, so a reload does not post
+again). Delete is reached through a page that asks first.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from objstore import InvalidInput, Store, UnknownSpec
+
+from .site import NODE_RE, SESSION_RE, config, render, store
+
+
+class ReadOnly(InvalidInput):
+    """A change asked of a server started with --read-only."""
+
+
+def _form(request: Request) -> dict[str, str]:
+    form: dict[str, str] = request.state.form  # read and checked by the guard
+    return form
+
+
+def _session_id(request: Request) -> str:
+    sid = request.path_params["sid"]
+    if not SESSION_RE.fullmatch(sid):
+        raise UnknownSpec(f"no session {sid}")
+    return str(sid)
+
+
+def _node(form: dict[str, str]) -> str:
+    node = form.get("node", "")
+    if not NODE_RE.fullmatch(node):
+        raise InvalidInput("no node given: choose a message first")
+    return node
+
+
+def _steps_back(handle: Store, sid: str, node: str) -> int:
+    """How many nodes ``node`` is behind the head of ``sid``: ``sid~N`` names it and
+    keeps the session, so the fork records where it came from."""
+    at, steps = handle.session(sid).head, 0
+    while at is not None and at != node:
+        at = handle.node(at).parent
+        steps += 1
+    if at is None:
+        raise InvalidInput(f"node {node[:12]} is not in the history of session {sid[:12]}")
+    return steps
+
+
+def _back(sid: str, note: str = "") -> Response:
+    return RedirectResponse(f"/s/{sid}" + (f"?note={quote(note)}" if note else ""), 303)
+
+
+def rename(request: Request) -> Response:
+    form, sid = _form(request), _session_id(request)
+    title = form.get("title", "").strip()
+    with store(request) as handle:
+        handle.set_title(sid, title or None)
+    return _back(sid, "renamed")
+
+
+def tag(request: Request) -> Response:
+    form, sid = _form(request), _session_id(request)
+    name = form.get("name", "").strip()
+    with store(request) as handle:
+        node = _node(form) if form.get("node") else handle.resolve(sid)
+        handle.tag(name, node, force=form.get("force") == "1")
+    return _back(sid, f"tagged {name}")
+
+
+def fork(request: Request) -> Response:
+    form, sid = _form(request), _session_id(request)
+    title = form.get("title", "").strip() or None
+    with store(request) as handle:
+        spec = sid
+        if form.get("node"):
+            spec = f"{sid}~{_steps_back(handle, sid, _node(form))}"
+        new = handle.fork(spec, title=title)
+    return RedirectResponse(f"/s/{new}?note=forked", 303)
+
+
+def archive(request: Request) -> Response:
+    _form(request)
+    sid = _session_id(request)
+    with store(request) as handle:
+        handle.archive(sid)
+    return _back(sid, "archived")
+
+
+def unarchive(request: Request) -> Response:
+    _form(request)
+    sid = _session_id(request)
+    with store(request) as handle:
+        handle.unarchive(sid)
+    return _back(sid, "unarchived")
+
+
+def confirm_delete(request: Request) -> Response:
+    if config(request).read_only:
+        raise ReadOnly("this server is read-only (ags serve --read-only)")
+    sid = _session_id(request)
+    with store(request) as handle:
+        info = handle.session(sid)
+    return render(request, "delete.html", info=info)
+
+
+def delete(request: Request) -> Response:
+    form, sid = _form(request), _session_id(request)
+    if form.get("confirm") != "yes":
+        raise InvalidInput("deleting a session needs the confirmation of its page")
+    with store(request) as handle:
+        handle.delete(sid)
+    return RedirectResponse(f"/?note={quote('deleted ' + sid[:12])}", 303)
+
+
+ROUTES: Final = [
+    Route("/s/{sid}/title", rename, methods=["POST"]),
+    Route("/s/{sid}/tag", tag, methods=["POST"]),
+    Route("/s/{sid}/fork", fork, methods=["POST"]),
+    Route("/s/{sid}/archive", archive, methods=["POST"]),
+    Route("/s/{sid}/unarchive", unarchive, methods=["POST"]),
+    Route("/s/{sid}/delete", confirm_delete, methods=["GET"]),
+    Route("/s/{sid}/delete", delete, methods=["POST"]),
+]

@@ -1,0 +1,94 @@
+"""What every page of the session browser shares: its settings, the store, templates.
+
+Each request opens its own ``Store`` handle (a handle belongs to one thread,
+and Starlette runs each page in a worker thread; opening one costs ~0.3 ms)
+and closes it when the page is made, so a page always reads the refs as
+they are now and holds no writer lock after it answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import jinja2
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from agent.control_chars import visible
+from objstore import Store
+
+from .guard import Guard
+
+TEMPLATES: Final = Path(__file__).parent / "templates"
+STATIC: Final = Path(__file__).parent / "static"
+SESSION_RE: Final = re.compile(r"[0-9a-f]{32}")
+NODE_RE: Final = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    store_path: Path
+    read_only: bool
+    guard: Guard
+
+
+def _one_line(value: Any, default: str = "") -> str:
+    """A value from a session for one line of a page: hidden characters visible."""
+    if value is None or value == "":
+        return default
+    return visible(value if isinstance(value, str) else str(value))
+
+
+def _time(value: Any) -> Markup:
+    """A stored time as ``<time>``: the text is UTC to the minute, and app.js turns it
+    into '3 minutes ago' in the reader's language."""
+    if not isinstance(value, str) or not value:
+        return Markup("never")
+    shown = value[:16].replace("T", " ") + " UTC" if len(value) >= 16 else value
+    return Markup('<time class="ago" datetime="{}">{}</time>').format(value, visible(shown))
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["v"] = _one_line
+    env.filters["short"] = lambda oid, n=12: oid[:n] if oid else "-"
+    env.filters["time"] = _time
+    return env
+
+
+_ENV: Final = _environment()
+
+
+def config(request: Request) -> ServeConfig:
+    value: ServeConfig = request.app.state.config
+    return value
+
+
+@contextmanager
+def store(request: Request) -> Iterator[Store]:
+    with Store.open(config(request).store_path) as handle:
+        yield handle
+
+
+def render(request: Request, template: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    """A page: ``template`` filled with ``values`` and what every page needs."""
+    cfg = config(request)
+    html = _ENV.get_template(template).render(
+        request=request,
+        csrf=request.state.csrf,
+        read_only=cfg.read_only,
+        **values,
+    )
+    return HTMLResponse(html, status_code=status_code, headers={"cache-control": "no-store"})
