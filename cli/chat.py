@@ -13,29 +13,31 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from agent.loop import MAX_STEPS, TurnResult
 from objstore import AgsError
 
+from .agent_options import AgentOptions, agent_options
 from .app import cli
-from .chat_commands import COMMANDS, ChatCommands
-from .chat_input import ChatCompleter, ChatPrompt, history_path, open_history, quiet_keys
-from .chat_view import TerminalView, make_console, status_line
 from .output import emit_json, one_line
-from .plain_chat import PlainEvents, plain_chat
-from .workplace import AgentOptions, agent_options, running_agent
+
+if TYPE_CHECKING:
+    from agent.loop import TurnResult
+
+    from .chat_view import TerminalView
 
 EXIT_INTERRUPTED = 130
+MAX_STEPS = 40  # agent.loop.MAX_STEPS, which this module must not import (agent_options.py)
 EXIT_STOPPED = 3  # the loop gave the turn back early (too many steps)
 
 
 @cli.command()
 @agent_options
 @click.option("--yes-tools", is_flag=True, help="Run mutating tools without asking.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=MAX_STEPS, show_default=True,
-              help="Model calls in the turn before it stops early.")  # fmt: skip
+@click.option("--max-steps", type=click.IntRange(min=1), metavar="N",
+              help=f"Model calls in the turn before it stops (default: {MAX_STEPS}).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary, not the stream.")
 @click.argument("prompt")
 @click.pass_context
@@ -43,7 +45,7 @@ def run(
     ctx: click.Context,
     prompt: str,
     yes_tools: bool,
-    max_steps: int,
+    max_steps: int | None,
     as_json: bool,
     opts: AgentOptions,
 ) -> None:
@@ -60,10 +62,13 @@ def run(
       ags run --continue "now run the tests" --json
       ags run --resume 3f2a~2 "try another way"    # forks there
     """
+    from .plain_chat import PlainEvents
+    from .workplace import running_agent
+
     events = PlainEvents(yes_tools=yes_tools, stream=not as_json)
     with running_agent(ctx, opts, events) as place:
         agent, choice = place.agent, place.choice
-        agent.max_steps = max_steps
+        agent.max_steps = max_steps or MAX_STEPS
         result = agent.turn(prompt)
         state = agent.state
     if as_json:
@@ -113,11 +118,18 @@ def chat(ctx: click.Context, opts: AgentOptions) -> None:
     if sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
         _terminal_chat(ctx, opts)
     else:
+        from .plain_chat import plain_chat
+
         plain_chat(ctx, opts)
 
 
 def _terminal_chat(ctx: click.Context, opts: AgentOptions) -> None:
     """The chat on a terminal: chat_view.py shows it, chat_input.py reads it."""
+    from .chat_commands import COMMANDS, ChatCommands
+    from .chat_input import ChatCompleter, ChatPrompt, history_path, open_history, quiet_keys
+    from .chat_view import TerminalView, make_console, status_line
+    from .workplace import running_agent
+
     console = make_console()
     view = TerminalView(console, Path.cwd())
     with running_agent(ctx, opts, view) as place, between_turns():

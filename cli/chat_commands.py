@@ -6,6 +6,7 @@ and the agent; this module parses them and prints through a ``Printer``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 import click
@@ -14,10 +15,19 @@ from agent.loop import Agent
 from agent.tokens import describe_usage
 from objstore import AgsError, Store
 
-from .chat_input import CommandSpec
-from .chat_view import ToolResult, call_line
 from .history import entry_lines
 from .output import one_line, relative_time, short, visible
+from .tool_calls import ToolResult, call_line
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """A backslash command as completion offers it."""
+
+    name: str
+    help: str
+    takes_session: bool = False
+
 
 COMMANDS: Final = (
     CommandSpec("help", "this list"),

@@ -24,7 +24,6 @@ import sys
 import termios
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -38,6 +37,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from objstore import Store
 
+from .chat_commands import CommandSpec
 from .output import one_line, short
 
 HISTORY_ENV: Final = "AGS_HISTORY"
@@ -100,15 +100,6 @@ def open_history(path: Path | None) -> tuple[History, str]:
     except OSError as e:
         why = e.strerror or str(e)
         return InMemoryHistory(), f"not kept: {one_line(str(path))}: {one_line(why)}"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
-    """A backslash command as completion offers it."""
-
-    name: str
-    help: str
-    takes_session: bool = False
 
 
 class ChatCompleter(Completer):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,7 +30,8 @@ from agent.tools import shell_status
 from .approval import INDENT, WRAPPED, approval_request
 from .chat_input import read_key
 from .markdown_stream import MarkdownStream
-from .output import one_line, short, tool_call_summary, visible
+from .output import one_line, short, visible
+from .tool_calls import ToolResult, call_line, counted, cut
 from .workplace import ProjectEvents
 
 RESULT_LINES: Final = 4  # lines of a tool's output shown under its call
@@ -43,20 +43,6 @@ def make_console() -> Console:
     """The chat's console: stdout, no markup, no emoji codes, no highlighting of
     numbers and strings in text it did not style itself."""
     return Console(markup=False, emoji=False, highlight=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """One tool call of this chat and all it gave back, for ``\\show N``."""
-
-    number: int
-    name: str
-    arguments: Any
-    content: str
-    ok: bool
-
-    def call_line(self, width: int) -> str:
-        return call_line(self.name, self.arguments, width)
 
 
 class TerminalView(ProjectEvents):
@@ -253,25 +239,6 @@ class _LiveArea:
         yield self.view._activity.line()
 
 
-def call_line(name: str, arguments: Any, width: int) -> str:
-    """One line for a tool call: the tool and what it works on (a shell command's
-    first line, a path), cut to ``width``; what is left out is said."""
-    shown = one_line(name, "?")
-    args = arguments if isinstance(arguments, dict) else None
-    if args is None:
-        return _cut(tool_call_summary({"name": name, "arguments": arguments}), width)
-    if name == "shell" and isinstance(args.get("command"), str):
-        lines = args["command"].strip("\n").split("\n")
-        more = f"  (+{len(lines) - 1} lines)" if len(lines) > 1 else ""
-        return _cut(f"{shown} {visible(lines[0])}", width - len(more)) + more
-    if isinstance(args.get("path"), str):
-        extra = ""
-        if name == "write_file" and isinstance(args.get("content"), str):
-            extra = f"  ({_count(_line_count(args['content']), 'line')})"
-        return _cut(f"{shown} {visible(args['path'])}", width - len(extra)) + extra
-    return _cut(tool_call_summary({"name": name, "arguments": args}), width)
-
-
 def result_lines(result: ToolResult, width: int) -> list[Text]:
     """A tool result in a few lines: its status (for ``shell`` the exit code), and
     its output: one line beside the status; else how many lines, the first
@@ -291,13 +258,13 @@ def result_lines(result: ToolResult, width: int) -> list[Text]:
     if len(lines) == 1 and len(head) + 3 + len(visible(lines[0])) <= width:
         head.append(" · " + visible(lines[0]), style="dim")
         return [head]
-    head.append(f" · {_count(len(lines), 'line')} · \\show {result.number}", style="dim")
+    head.append(f" · {counted(len(lines), 'line')} · \\show {result.number}", style="dim")
     out = [head]
     for line in lines[:RESULT_LINES]:
-        out.append(Text(INDENT + " " + _cut(visible(line), room), style="dim"))
+        out.append(Text(INDENT + " " + cut(visible(line), room), style="dim"))
     if len(lines) > RESULT_LINES:
         rest = len(lines) - RESULT_LINES
-        out.append(Text(f"{INDENT} … {_count(rest, 'more line')}", style="dim"))
+        out.append(Text(f"{INDENT} … {counted(rest, 'more line')}", style="dim"))
     return out
 
 
@@ -338,19 +305,6 @@ def _tokens(n: int) -> str:
     if n < 100_000:
         return f"{n / 1000:.1f}k"
     return f"{n // 1000}k"
-
-
-def _line_count(text: str) -> int:
-    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-def _cut(text: str, width: int) -> str:
-    width = max(width, 10)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _question(name: str, paged: bool) -> Text:

@@ -15,11 +15,12 @@ import click
 
 from objstore import AgsError
 
+from .agent_options import AgentOptions
 from .approval import approval_request
 from .chat_commands import ChatCommands
-from .chat_view import ToolResult
 from .output import emit_lines, first_line, one_line, style, tool_call_summary, visible
-from .workplace import AgentOptions, ProjectEvents, running_agent
+from .tool_calls import ToolResult
+from .workplace import ProjectEvents, running_agent
 
 
 class PlainEvents(ProjectEvents):

@@ -10,6 +10,8 @@ import os
 import random
 import signal
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +25,9 @@ from agent.tools import shell_status
 from cli.chat import between_turns
 from cli.chat_commands import COMMANDS
 from cli.chat_input import ChatCompleter, PrivateHistory, open_history
-from cli.chat_view import TerminalView, ToolResult, result_lines, status_text
+from cli.chat_view import TerminalView, result_lines, status_text
 from cli.markdown_stream import MarkdownStream, _window, markdown
+from cli.tool_calls import ToolResult
 from objstore import Store
 
 DOCUMENT = """\
@@ -234,3 +237,22 @@ def test_a_ctrl_c_between_turns_does_not_end_the_chat():
     with pytest.raises(KeyboardInterrupt):  # and the usual handling is back after
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(1)
+
+
+def test_other_commands_start_without_the_agent_stack():
+    """Defining chat and run imports neither the model clients (httpx, which
+    imports rich when it is installed) nor the Docker SDK nor prompt_toolkit:
+    ``ags sessions`` starts in a third of a second, not one."""
+    code = "import sys, cli.main; print([m for m in " + repr(HEAVY) + " if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+HEAVY = ("httpx", "docker", "rich", "prompt_toolkit", "agent.loop")
+
+
+def test_run_stops_after_as_many_steps_as_the_loop_does():
+    from agent.loop import MAX_STEPS
+    from cli import chat
+
+    assert chat.MAX_STEPS == MAX_STEPS
