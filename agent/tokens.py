@@ -121,6 +121,16 @@ def usage_meta(usage: Usage, prompt_estimate: int, completion_estimate: int) -> 
     return meta
 
 
+def spent_tokens(totals: dict[str, Any]) -> tuple[int, int]:
+    """(tokens the servers counted, tokens estimated for the calls they did not
+    count), prompts and replies together, over the model calls in ``totals``."""
+    counted = int(totals.get("prompt_tokens") or 0) + int(totals.get("completion_tokens") or 0)
+    estimated = int(totals.get("estimated_prompt_tokens") or 0) + int(
+        totals.get("estimated_completion_tokens") or 0
+    )
+    return counted, estimated
+
+
 def describe_usage(totals: dict[str, Any]) -> str:
     """``totals`` in words, saying which counts are the server's and which estimated."""
     calls = int(totals.get("calls") or 0)

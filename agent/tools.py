@@ -28,6 +28,7 @@ text it can act on, and ``ok`` is False.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -57,6 +58,7 @@ LIST_ENTRIES = 1000
 ARGUMENTS_CHARS = 4 * 1024 * 1024
 """The longest tool arguments, as JSON text, that a call may carry."""
 
+_SHELL_STATUS = re.compile(r"^\[(exit code -?\d+|timed out after \d+ s)\b[^\n]*", re.M)
 _SNIFF = 8192  # bytes looked at for a NUL to call a file binary
 _CHUNK = 64 * 1024
 _UNLISTED = frozenset({".git"})
@@ -454,6 +456,17 @@ class Toolbox:
             f"{n}. [{'x' if item['done'] else ' '}] {item['text']}"
             for n, item in enumerate(todos, start=1)
         )
+
+
+def shell_status(content: str) -> tuple[str, str | None]:
+    """A ``shell`` result split into the command's output and its status
+    ("exit code 0", "timed out after 60 s"), from the status line ``_shell``
+    ends every result with; (content, None) for a result without one (an error
+    before the command ran)."""
+    found = list(_SHELL_STATUS.finditer(content))
+    if not found:
+        return content, None
+    return content[: found[-1].start()], found[-1].group(1)
 
 
 class _ToolFailed(Exception):

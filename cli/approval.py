@@ -5,7 +5,8 @@ command, the whole change a file tool would make (a diff against the file as
 it is now; all of a new file), and every argument besides. Control and hidden
 characters are made visible (``output.visible``); long lines are wrapped, the
 continuation marked with ``↪`` so a wrap never looks like a line of its own.
-How the person is asked is the caller's business (``chat.TerminalEvents``).
+How the person is asked is the caller's business (``plain_chat.PlainEvents``,
+``chat_view.TerminalView``).
 
 The preview reads the file the way the tool will find it (a path relative to
 the project root, or under /workspace), without waiting on a FIFO or reading

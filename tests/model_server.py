@@ -38,6 +38,8 @@ in process and in a ``--script`` file:
 ``end_after``       end the body cleanly after that many chunks, without the
                     final ``done`` line or ``[DONE]``
 ``delay``           seconds to wait before answering
+``chunk_delay``     seconds to wait before each stream chunk after the first
+                    (a model writing at a person's reading pace)
 
 Token counts are deterministic so tests can rely on them: prompt tokens are
 the characters of all message contents // 4; completion tokens are the
@@ -395,7 +397,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._start_stream(content_type)
         drop = reply.get("drop_after")
         end = reply.get("end_after")
+        pace = float(reply.get("chunk_delay") or 0)
         for sent, unit in enumerate(units):
+            if pace and sent:
+                self.wfile.flush()
+                time.sleep(pace)
             if drop is not None and sent >= drop:
                 raise _ConnectionDropped
             if end is not None and sent >= end:
