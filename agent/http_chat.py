@@ -356,7 +356,7 @@ class HTTPChatClient:
         status, message = error.status, error.message
         if _CONTEXT_TEXT.search(f"{message} {error.type or ''}"):
             prompt, window = _context_counts(error)
-            return ContextTooLong(self.base_url, message, prompt, window)
+            return ContextTooLong.reported(self.base_url, message, prompt, window)
         if status in {401, 403}:
             return AuthFailed(self.base_url, status, message, self._key_env())
         if status == 404:

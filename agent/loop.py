@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Final
 
-from objstore import AgsError, InvalidInput, SessionArchived, Store
+from objstore import InvalidInput, SessionArchived, Store
 
 from .errors import ContextTooLong, ModelError
 from .messages import (
@@ -90,10 +90,6 @@ Summarise the conversation above so that the work can continue from the summary 
 the user's goals and constraints, decisions made and why, files changed, commands run \
 and their results, open problems and next steps. Keep exact names, paths and numbers. \
 Do not call tools."""
-
-
-class ContextFull(AgsError):
-    """The context does not fit the model even after compaction."""
 
 
 def default_state() -> dict[str, Any]:
@@ -457,7 +453,7 @@ class Agent:
 
     def _make_room(self) -> list[Message]:
         """The prompt for the next model call: compacted first at COMPACT_AT of the
-        budget; ContextFull if it cannot fit, before any summary call when even
+        budget; ContextTooLong if it cannot fit, before any summary call when even
         what compaction keeps (the current turn) does not fit."""
         prompt = self._prompt()
         budget = self.max_context_tokens
@@ -467,7 +463,7 @@ class Agent:
         floor = self._tokens([self._system(), *kept, *([self._pending] if self._pending else [])])
         if floor >= budget:
             what = "your message" if self._pending is not None else "the current turn"
-            raise ContextFull(
+            raise ContextTooLong(
                 f"the system prompt, the tool definitions and {what} take about {floor} "
                 f"tokens and the limit is {budget}; compaction cannot make that fit: "
                 "raise --max-context-tokens, or send less at once"
@@ -476,7 +472,7 @@ class Agent:
             prompt = self._prompt()
         used = self._tokens(prompt)
         if used >= budget:
-            raise ContextFull(
+            raise ContextTooLong(
                 f"the context needs about {used} tokens and the limit is "
                 f"{budget}, even after compaction: raise "
                 "--max-context-tokens, or fork an earlier point (ags fork SESSION~N)"

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from . import canonical, objects
-from .errors import AgsError, InvalidInput, ObjectError, RefConflict, SessionArchived
+from .errors import (
+    AgsError,
+    BadExport,
+    InvalidInput,
+    ObjectError,
+    RefConflict,
+    SessionArchived,
+)
 from .limits import (
     DOCUMENT_DEPTH,
     MAX_DEPTH,
@@ -50,10 +57,6 @@ EXPORT_VERSION: Final = 1
 READ_CHUNK: Final = 1 << 20
 TIME_FIELDS: Final = ("created", "updated", "archived_at")  # session times import checks
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
-
-
-class BadExport(InvalidInput):
-    """An export document that cannot be imported; the message names the bad place."""
 
 
 @cache

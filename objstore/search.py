@@ -46,7 +46,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import zstandard
 
-from .errors import AgsError, InvalidInput
+from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
 from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
 from .store import SessionInfo, Store
@@ -104,14 +104,6 @@ class _Indexed(NamedTuple):
 
 
 Reach = list[tuple[int, int]]  # (segment, deepest depth reached), head's segment first
-
-
-class SearchIndexError(AgsError):
-    """The search index file cannot be used (for instance, its directory is read-only)."""
-
-
-class SearchIndexBusy(SearchIndexError):
-    """Another process held the search index for longer than the busy timeout."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,17 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from objstore import AgsError, InvalidInput, LimitExceeded, SessionInfo, Store
+from objstore import InvalidInput, LimitExceeded, SessionInfo, Store
 
 from .records import ImportRow, Item, chain_digest
 from .transcript_builder import TranscriptBuilder
 
 IMPORTER_VERSION: Final = 1
 MAX_TITLE: Final = 200
-
-
-class SourceError(AgsError):
-    """A source file that cannot be imported at all (unreadable, not the tool's format)."""
 
 
 class Source(Protocol):
