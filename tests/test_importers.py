@@ -472,7 +472,7 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     dry = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude),
                               "--dry-run", "--json"])  # fmt: skip
     assert dry.exit_code == 0, dry.output
-    rows = json.loads(dry.output)
+    rows = json.loads(dry.stdout)
     assert {"source", "session", "status", "messages", "problems"} <= set(rows[0])
     assert [r["status"] for r in rows] == ["created"] * 4
     assert sorted(r["messages"] for r in rows) == [2, 4, 6, 7]
@@ -481,7 +481,7 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     real = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude),
                                "--json"])  # fmt: skip
     assert real.exit_code == 0
-    assert sorted(r["messages"] for r in json.loads(real.output)) == [2, 4, 6, 7]
+    assert sorted(r["messages"] for r in json.loads(real.stdout)) == [2, 4, 6, 7]
     again = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude)])
     assert again.exit_code == 0
     assert again.output.splitlines()[-1] == ("4 files: 0 created, 0 updated, 4 unchanged, 0 failed")
@@ -491,7 +491,7 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     failed = runner.invoke(cli, ["--store", store, "import", "--from", "codex", str(bad.parent),
                                  "--json"])  # fmt: skip
     assert failed.exit_code == 1
-    row = json.loads(failed.output)[0]
+    row = json.loads(failed.stdout)[0]
     assert row["status"] == "failed" and row["session"] is None and row["problems"]
     missing = runner.invoke(cli, ["--store", store, "import", "--from", "codex", "/no/such"])
     assert missing.exit_code == 1 and "no such file" in missing.output
@@ -508,7 +508,7 @@ def test_cli_import_default_folder_from_environment(
         cli, ["--store", str(tmp_path / "store"), "import", "--from", "claude-code", "--json"]
     )
     assert result.exit_code == 0
-    assert len(json.loads(result.output)) == 4
+    assert len(json.loads(result.stdout)) == 4
 
 
 def test_same_size_and_time_is_not_read_again(tmp_path: Path, claude: Path) -> None:
