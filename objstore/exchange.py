@@ -51,6 +51,7 @@ from .reach import node_links
 from .refs import RefRecord, now_iso
 from .resolve import session_ref
 from .store import META_FIELDS, Store, new_session_id
+from .walk import walk
 
 EXPORT_FORMAT: Final = "ags-export"
 EXPORT_VERSION: Final = 1
@@ -334,14 +335,8 @@ def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, N
 
 
 def _descends(nodes: dict[str, Node], head: str | None, ancestor: str | None) -> bool:
-    if ancestor is None:
-        return True
-    at = head
-    while at is not None:
-        if at == ancestor:
-            return True
-        at = nodes[at].parent if at in nodes else None
-    return False
+    """Whether ``ancestor`` is on the chain of ``head`` (None is on every chain)."""
+    return ancestor is None or any(node.id == ancestor for node in walk(head, nodes.get))
 
 
 def _write_ref(

@@ -21,6 +21,7 @@ from .reach import node_links
 from .reflog import read_reflog, unreadable_lines
 from .refs import SESSION_ID_RE
 from .store import Store, session_info
+from .walk import walk
 
 Progress = Callable[[int, int], None]
 
@@ -142,12 +143,10 @@ def _span_problems(node: Node, nodes: dict[str, Node]) -> list[Problem]:
     if node.span is None:
         return []
     blobs: list[str] = []
-    at: Node | None = node
-    while at is not None and at.id != node.span.after:
-        if at.is_compaction or len(blobs) > len(node.span.messages):
+    for at in walk(node.id, nodes.get):
+        if at.id == node.span.after or at.is_compaction or len(blobs) > len(node.span.messages):
             break
         blobs.append(at.content)
-        at = nodes.get(at.parent) if at.parent else None
     if tuple(blobs[::-1]) != node.span.messages:
         return [Problem(node.id, "span does not match the messages before it")]
     return []

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from . import objects
@@ -19,6 +20,7 @@ from .nodes import Node
 from .object_store import ObjectStore
 from .refs import SESSION_ID_RE, RefStore, check_session_id, check_tag_name, head_ref_name
 from .specs import HEX_PREFIX, Spec, parse_spec
+from .walk import walk
 
 RootPath = str | os.PathLike[str] | None
 
@@ -55,12 +57,11 @@ class Resolver:
             name = self.ref_name(parsed, root)
             session = name.split("/", 1)[1] if name.startswith("sessions/") else None
             node = self._reflog_value(name, parsed)
-        for step in range(parsed.back):
-            if node is None:
-                raise UnknownSpec(f"{spec}: history is only {step} nodes deep")
-            node = self._node(node).parent
-        if parsed.back and node is None:
-            raise UnknownSpec(f"{spec}: history is only {parsed.back - 1} nodes deep")
+        if parsed.back:
+            chain = list(islice(walk(node, self._node), parsed.back + 1))
+            if len(chain) <= parsed.back:
+                raise UnknownSpec(f"{spec}: history is only {len(chain)} nodes deep")
+            node = chain[-1].id
         return Target(node, session)
 
     def session_id(self, spec: str) -> str:

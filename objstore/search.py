@@ -50,6 +50,7 @@ from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
 from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
 from .store import SessionInfo, Store
+from .walk import walk
 
 SCHEMA_VERSION: Final = 2  # 2: a message's text is indexed up to MAX_INDEXED_CHARS
 STAMP_SETTLE_S: Final = 2.0  # see SearchIndex._refs_stamp
@@ -506,15 +507,13 @@ class SearchIndex:
         new: list[tuple[str, str, bool, str]] = []  # (node, blob, is summary, time), newest first
         texts: dict[str, tuple[str, str | None]] = {}  # blobs not yet indexed
         blob_rows: dict[str, int] = {}  # blobs indexed: their row
-        node_id: str | None = head
         anchor = None
-        while node_id is not None:
+        for node in walk(head, self.store.node):
             anchor = db.execute(
-                "SELECT seg, depth FROM nodes WHERE oid = ?", (bytes.fromhex(node_id),)
+                "SELECT seg, depth FROM nodes WHERE oid = ?", (bytes.fromhex(node.id),)
             ).fetchone()
             if anchor is not None:
                 break
-            node = self.store.node(node_id)
             blob = node.content
             if blob not in texts and blob not in blob_rows:
                 row = db.execute("SELECT id FROM blobs WHERE oid = ?", (bytes.fromhex(blob),))
@@ -528,7 +527,6 @@ class SearchIndex:
                     texts[blob] = (text, role if isinstance(role, str) else None)
             time = node.meta.get("time")
             new.append((node.id, blob, node.is_compaction, time if isinstance(time, str) else ""))
-            node_id = node.parent
         if not new:
             assert anchor is not None
             return self._reach(*anchor)

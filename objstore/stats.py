@@ -18,6 +18,7 @@ from .errors import ObjectError, StoreWarning
 from .nodes import Node
 from .reach import node_links, reachable
 from .store import SessionInfo, Store
+from .walk import walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +96,12 @@ def _logical_bytes(
     and its message, and each new state, along the chain. ``memo`` carries the
     total per node across sessions, so forks cost only their own nodes."""
     chain: list[Node] = []
-    at = head
-    while at is not None and at not in memo:
-        node = store.node(at)
+    total, state = 0, None
+    for node in walk(head, store.node):
+        if node.id in memo:
+            total, state = memo[node.id]
+            break
         chain.append(node)
-        at = node.parent
-    total, state = memo[at] if at is not None else (0, None)
     for node in reversed(chain):
         total += unique.get(node.id, 0) + unique.get(node.content, 0)
         if node.state is not None and node.state != state:

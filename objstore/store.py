@@ -59,6 +59,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root, session_ref
 from .specs import parse_spec
+from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
@@ -450,13 +451,8 @@ class Store:
         return sid, tip
 
     def _tip_at(self, head: Node | None) -> _Tip:
-        """Walk back to the last span or compaction (fewer than SPAN_EVERY nodes)."""
-        pending: list[str] = []
-        node = head
-        while node is not None and not node.is_compaction and node.span is None:
-            pending.append(node.content)
-            node = self.node(node.parent) if node.parent else None
-        return _Tip(head, node.id if node else None, pending[::-1])
+        since, pending = open_span(head.id if head else None, self.node)
+        return _Tip(head, since, pending)
 
     def append(
         self,
@@ -521,7 +517,7 @@ class Store:
         parent = tip.head
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
-        kept = self._last_messages(parent, keep)
+        kept = last_message_nodes(parent.id, self.node, keep)
         summary_id = self.objects.put("blob", summary_body)
         state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
         node = self._add_node(
@@ -563,48 +559,17 @@ class Store:
 
     # -- reading history ---------------------------------------------------------
 
-    def _context_blobs(self, head: Node) -> list[str]:
-        """The message blobs of the context at ``head``, oldest first: the last
-        compaction's summary and kept messages, then the messages after it. Spans
-        let the walk skip SPAN_EVERY nodes at a time."""
-        newest_first: list[str] = []
-        node: Node | None = head
-        while node is not None and not node.is_compaction:
-            if node.span is not None:
-                newest_first += reversed(node.span.messages)
-                after = node.span.after
-            else:
-                newest_first.append(node.content)
-                after = node.parent
-            node = self.node(after) if after else None
-        front = [] if node is None else [node.content, *(self.node(k).content for k in node.kept)]
-        return front + newest_first[::-1]
-
-    def _last_messages(self, head: Node, k: int) -> list[str]:
-        """The ids of the last ``k`` message nodes in the context at ``head``, oldest first."""
-        newest_first: list[str] = []
-        node: Node | None = head
-        while node is not None and not node.is_compaction and len(newest_first) < k:
-            newest_first.append(node.id)
-            node = self.node(node.parent) if node.parent else None
-        missing = k - len(newest_first)
-        earlier = list(node.kept[-missing:]) if node is not None and missing > 0 else []
-        return earlier + newest_first[::-1]
-
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
         node_id = self.lookup(spec).node
         if node_id is None:
             return []
-        return [self.blob(blob_id) for blob_id in self._context_blobs(self.node(node_id))]
+        return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
-        node_id = self.lookup(spec).node
-        while node_id is not None:
-            node = self.node(node_id)
+        for node in walk(self.lookup(spec).node, self.node):
             yield LogEntry(node, self.blob(node.content))
-            node_id = node.parent
 
     def state(self, spec: str) -> dict[str, Any]:
         """The agent state in force at ``spec`` ({} if none was ever stored)."""
@@ -744,12 +709,12 @@ class Store:
         heads |= {rec.target} if rec and rec.target else set()
         seen: set[str] = set()
         for head in heads:
-            nid: str | None = head
-            while nid is not None and nid not in seen:
-                if nid == node_id:
+            for node in walk(head, self.node):
+                if node.id == node_id:
                     return True
-                seen.add(nid)
-                nid = self.node(nid).parent
+                if node.id in seen:
+                    break
+                seen.add(node.id)
         return False
 
     def tag(self, name: str, spec: str, force: bool = False) -> str:
