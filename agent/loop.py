@@ -241,13 +241,9 @@ class Agent:
     def _compacted_ids(self) -> CallIdFilter:
         """The call ids compactions took out of the context: the newest compaction's
         ``compacted_call_ids`` (found like the context, a span at a time)."""
-        start = self.sid or self._base
-        node_id = self.store.lookup(start).node if start else None
-        while node_id is not None:
-            node = self.store.node(node_id)
+        for node in self.store.walk(self.sid or self._base or None, spans=True):
             if node.is_compaction:
                 return CallIdFilter.from_hex(node.meta.get("compacted_call_ids"))
-            node_id = node.span.after if node.span is not None else node.parent
         return CallIdFilter()
 
     # -- recovery --------------------------------------------------------------

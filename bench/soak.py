@@ -214,10 +214,11 @@ def verify(path: Path, out: Path) -> Verdict:
             if sid not in chains:
                 info = store.session(sid)
                 stop = (info.forked_from or {}).get("node")
-                nodes, at = set(), info.head
-                while at is not None and at != stop:
-                    nodes.add(at)
-                    at = store.node(at).parent
+                nodes = set()
+                for node in store.walk(info.head):
+                    if node.id == stop:
+                        break
+                    nodes.add(node.id)
                 if stop is not None:
                     nodes.add(stop)
                 chains[sid] = nodes

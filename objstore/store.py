@@ -566,6 +566,12 @@ class Store:
             return []
         return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
 
+    def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
+        """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip
+        by spans, for readers of messages). None, or an empty session, walks nothing."""
+        start = self.lookup(spec).node if spec is not None else None
+        return walk(start, self.node, spans=spans)
+
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
         for node in walk(self.lookup(spec).node, self.node):
