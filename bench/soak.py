@@ -163,7 +163,7 @@ def repack_loop(path: str, deadline: float, out: str) -> None:
 
         def step() -> None:
             with Store.open(path) as store:
-                stats.merged += store.objects.repack()
+                stats.merged += store.repack()
             stats.steps += 1
 
         _guard(stats, step)

@@ -177,10 +177,15 @@ class ObjectStore:
         if pack is not None:
             pack.close()
 
-    def damaged_packs(self) -> dict[str, str]:
-        """The packs this handle leaves alone (file name -> why), after a fresh look."""
+    def pack_problems(self) -> list[tuple[str, str]]:
+        """(pack file, what is wrong) for every pack this handle leaves alone and every
+        fault in a sealed pack's index or records, after a fresh look."""
         self.refresh()
-        return {f"{stem}.pack": why for stem, why in self._damaged.items()}
+        problems = [(f"{stem}.pack", why) for stem, why in self._damaged.items()]
+        for pack in self._sealed.values():
+            problems += [(pack.path.name, p) for p in pack.index_problems()]
+            problems += [(pack.path.name, p) for p in pack.record_problems()]
+        return problems
 
     # -- reading -------------------------------------------------------------
 

@@ -55,8 +55,8 @@ class SessionUsage:
 
 
 def store_usage(store: Store) -> StoreUsage:
-    sizes = store.objects.stored_sizes()
-    unique = {oid: store.objects.body_size(oid) for oid in sizes}
+    sizes = store.object_sizes()
+    unique = {oid: store.body_size(oid) for oid in sizes}
     disk = 0
     for dirpath, _dirs, files in os.walk(store.path):
         for name in files:
@@ -73,7 +73,7 @@ def store_usage(store: Store) -> StoreUsage:
                 StoreWarning(f"session {s.id}: {e}; its logical size is left out (ags fsck)"),
                 stacklevel=2,
             )
-    packs = len(store.objects.sealed_packs())
+    packs = store.pack_count()
     return StoreUsage(
         str(store.path),
         disk,
@@ -120,7 +120,7 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
             others_roots.add(other.head)
     others_roots |= set(store.tags().values())
     others = reachable(others_roots, store.node)
-    sizes = store.objects.stored_sizes()
+    sizes = store.object_sizes()
     roles: dict[str, int] = {}
     nodes = compactions = 0
     usage = {"prompt_tokens": 0, "completion_tokens": 0}

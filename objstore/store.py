@@ -22,8 +22,8 @@ import re
 import secrets
 import warnings
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,18 +46,24 @@ from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_OBJECT_BYTES
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
-from .object_store import ObjectStore
+from .object_store import ObjectStore, SweepResult
 from .permissions import check_store_access, shared_allowed
+from .reflog import ReflogEntry
 from .refs import (
     SESSION_ID_RE,
     Body,
     RefRecord,
     RefStore,
+    check_session_id,
     check_tag_name,
     head_ref_name,
+    names_node,
     now_iso,
+    ref_short,
+    session_ref,
+    tag_ref,
 )
-from .resolve import Resolver, RootPath, Target, project_root, session_ref
+from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
@@ -148,7 +154,7 @@ def session_info(rec: RefRecord) -> SessionInfo:
     if rec.target is not None and not isinstance(rec.target, str):
         raise StoreFormatError(f"ref {rec.name} is damaged: its target is {rec.target!r}")
     return SessionInfo(
-        id=rec.name.split("/", 1)[1],
+        id=ref_short(rec.name),
         title=meta.get("title"),
         created=meta.get("created", ""),
         updated=meta.get("updated", ""),
@@ -382,7 +388,7 @@ class Store:
         hide the others."""
         rows = []
         for name in self.refs.names("sessions"):
-            if not SESSION_ID_RE.fullmatch(name.split("/", 1)[1]):
+            if not SESSION_ID_RE.fullmatch(ref_short(name)):
                 continue
             try:
                 rec = self.refs.read(name)
@@ -735,7 +741,7 @@ class Store:
                 return current.body
             return {"target": node_id}
 
-        self.refs.transact(f"tags/{name}", f"tag {spec}", change)
+        self.refs.transact(tag_ref(name), f"tag {spec}", change)
         return node_id
 
     def tags(self) -> dict[str, str]:
@@ -748,7 +754,7 @@ class Store:
                 warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
                 continue
             if rec is not None and isinstance(rec.target, str):
-                out[ref.split("/", 1)[1]] = rec.target
+                out[ref_short(ref)] = rec.target
         return dict(sorted(out.items()))
 
     def delete_tag(self, name: str) -> None:
@@ -759,7 +765,7 @@ class Store:
                 raise UnknownSpec(f"no tag {name}")
             return None
 
-        self.refs.transact(f"tags/{name}", "delete", change)
+        self.refs.transact(tag_ref(name), "delete", change)
 
     def reflog(self, spec: str) -> list[ReflogLine]:
         """The reflog of the ref ``spec`` names, newest first."""
@@ -820,6 +826,147 @@ class Store:
     def session_id(self, spec: str) -> str:
         """The id of the session ``spec`` names (a full or prefix id, sessions/..., HEAD)."""
         return self._resolver.session_id(spec)
+
+    # -- what gc, fsck, export and sizes build on --------------------------------
+    #
+    # The modules built on a Store use these and nothing below them: refs by
+    # name, the roots that keep objects alive, raw objects, the packs' health.
+
+    def ref_names(self) -> list[str]:
+        """Every ref name (sessions, tags, HEADs), sorted; files under ``refs/`` that
+        are no ref name included (reading one is InvalidName: fsck names it)."""
+        return sorted(self.refs.all_names())
+
+    def read_ref(self, name: str) -> RefRecord | None:
+        """A ref as stored, or None if there is none (StoreFormatError if it cannot
+        be read, InvalidName if ``name`` is no ref name)."""
+        return self.refs.read(name)
+
+    def reflog_names(self) -> list[str]:
+        """Every ref with a reflog file, deleted refs included, sorted."""
+        return sorted(self.refs.log_names())
+
+    def reflog_entries(self, name: str) -> list[ReflogEntry]:
+        """The effective reflog of the ref ``name``, oldest first (FORMAT.md 7)."""
+        return self.refs.reflog(name)
+
+    def damaged_reflog_lines(self, name: str) -> list[int]:
+        """Line numbers of whole reflog lines that do not parse: damage, not a crash."""
+        return self.refs.damaged_log_lines(name)
+
+    def roots(self, *, skip: Collection[str] = (), reflog_cutoff: str | None = None) -> set[str]:
+        """The node ids every ref, and every reflog entry not older than
+        ``reflog_cutoff``, names: what keeps objects alive. Refs in ``skip`` and
+        files that are no ref name are left out; a ref that cannot be read raises
+        StoreFormatError (what it reaches is unknown)."""
+        found: set[str] = set()
+        for name in self.refs.all_names():
+            if name in skip:
+                continue
+            try:
+                rec = self.refs.read(name)
+            except InvalidName:
+                continue
+            if rec is not None and isinstance(rec.target, str) and names_node(rec.target):
+                found.add(rec.target)
+        for name in self.refs.log_names():
+            if name in skip:
+                continue
+            for entry in self.refs.reflog(name):
+                if reflog_cutoff is None or entry.time >= reflog_cutoff:
+                    found.update(v for v in (entry.old, entry.new) if v and names_node(v))
+        return found
+
+    def expire_reflogs(
+        self, cutoff: str, *, skip: Collection[str] = (), dry_run: bool = False
+    ) -> int:
+        """Drop every reflog entry older than ``cutoff`` (a time); return how many."""
+        return sum(
+            self.refs.expire_reflog(name, cutoff, dry_run=dry_run)
+            for name in list(self.refs.log_names())
+            if name not in skip
+        )
+
+    def purge(self, session: str) -> None:
+        """Delete a session and its reflog: gone for good, not undoable (gc's retention)."""
+        with self.writing(session) as sid:
+            self.refs.transact(session_ref(sid), "delete", lambda cur: None)
+            self.refs.delete_reflog(session_ref(sid))
+
+    def fast_forward(
+        self, session_id: str, head: str | None, meta: dict[str, Any], reason: str
+    ) -> str:
+        """Point a session at ``head``: create it with ``meta`` if it does not exist,
+        move it forward if ``head`` descends from where it is (its objects written
+        already, by this handle or another). Returns ``"created"``, ``"unchanged"``
+        or ``"fast-forward"``; RefConflict if its history has diverged."""
+        check_session_id(session_id)
+        outcome = "created"
+        exists = self.refs.read(session_ref(session_id)) is not None
+
+        def change(current: RefRecord | None) -> Body:
+            nonlocal outcome
+            if current is None:
+                return {"target": head, "meta": {name: meta.get(name) for name in META_FIELDS}}
+            if current.target == head:
+                outcome = "unchanged"
+                return current.body
+            if current.target is not None and not any(
+                node.id == current.target for node in walk(head, self.node)
+            ):
+                raise RefConflict(f"session {session_id} has moved to another history")
+            outcome = "fast-forward"
+            count = self.node(head).messages if head else 0
+            return _with_meta(current, messages=count, updated=now_iso()) | {"target": head}
+
+        # Moving a session's history takes its writer lock, as an append does.
+        with self.writing(session_id) if exists else nullcontext():
+            self.refs.transact(session_ref(session_id), reason, change)
+        return outcome
+
+    def raw_object(self, object_id: str) -> tuple[str, bytes]:
+        """``(kind, body)`` of any object, verified against its id."""
+        return self.objects.get(object_id)
+
+    def put_raw(self, kind: str, body: bytes) -> str:
+        """Store an object of ``kind`` whose body is already canonical; return its id.
+        In a batch it is synced at the end, otherwise with the next append."""
+        return self.objects.put(kind, body)
+
+    def object_ids(self) -> list[str]:
+        """Every object id in the store, sorted, each once."""
+        return sorted(set(self.objects.ids()))
+
+    def object_sizes(self) -> dict[str, int]:
+        """Every object and the bytes its stored (compressed) form takes."""
+        return self.objects.stored_sizes()
+
+    def body_size(self, object_id: str) -> int:
+        """An object's uncompressed body size (0 if it cannot be read)."""
+        return self.objects.body_size(object_id)
+
+    def pack_count(self) -> int:
+        return len(self.objects.sealed_packs())
+
+    def pack_problems(self) -> list[tuple[str, str]]:
+        """(pack file, what is wrong) for every damaged pack, index or record."""
+        return self.objects.pack_problems()
+
+    def sweep(
+        self,
+        older_than: float,
+        mark: Callable[[], set[str]],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> SweepResult:
+        """Drop what ``mark()`` does not keep from the packs and loose objects older
+        than ``older_than`` (see ``ObjectStore.sweep`` for why a writer loses nothing)."""
+        return self.objects.sweep(older_than, mark, dry_run=dry_run, progress=progress)
+
+    def repack(self) -> int:
+        """Merge packs if there are too many; return how many were merged."""
+        return self.objects.repack()
 
     # -- batches ---------------------------------------------------------------
 
