@@ -44,9 +44,9 @@ from .errors import (
     StoreWarning,
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
-    RECORD_HEAD,
     OpenPack,
     PackWriter,
     Replay,

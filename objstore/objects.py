@@ -1,15 +1,10 @@
-"""Objects: their ids and their stored (encoded) form.
+"""Objects: their ids and their stored (encoded) form (docs/FORMAT.md 4).
 
 An object is a ``kind`` and a ``body`` of bytes. Its id is the BLAKE3-256 hex
 digest of ``kind + b"\\0" + body``: the uncompressed content, so compression,
-dictionaries or packs never change an id.
-
-The stored form, used byte for byte in loose files and in pack records, is one
-format byte followed by the payload:
-
-* ``0x01``: a zstd frame holding ``kind + b"\\0" + body``.
-
-Any other format byte is refused: a reader never guesses.
+dictionaries or packs never change an id. The stored form (one format byte,
+then the payload) is used byte for byte in loose files and pack records; a
+format byte this code does not know is refused: a reader never guesses.
 
 No body is bigger than ``limits.MAX_OBJECT_BYTES``: ``stored_form`` refuses to
 write one, and ``decode`` never decompresses more than that, whatever a

@@ -34,7 +34,7 @@ from fs_recorder import DiskState, PowerCut
 
 from objstore import Store, UnknownSpec
 from objstore.fsck import check_store
-from objstore.packs import PACK_MAGIC
+from objstore.pack_format import PACK_MAGIC
 
 HERE = Path(__file__).parent
 VARIANTS = ("none", "all", "some", "some", "all-zeros")
