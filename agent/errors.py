@@ -28,7 +28,7 @@ an API key::
 
 from __future__ import annotations
 
-from objstore.errors import AgsError
+from objstore import AgsError
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -36,7 +36,7 @@ from agent.errors import (
     one_line,
 )
 from agent.messages import REPLY_DEPTH, token_count
-from objstore.limits import parse_json
+from objstore import parse_json
 
 # Reads wait long: a server may load a model from disk before the first byte.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)

@@ -214,7 +214,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_steps = max_steps
         start = self.sid or base
-        self.state = {**default_state(), **(store.state(start) if start else {})}
+        self.state = {**default_state(), **(store.state_at(start) if start else {})}
         self.toolbox.state = self.state
         calibrated = self.state.get("usage", {}).get("chars_per_token")
         self.tokens = TokenCounter(float(calibrated or CHARS_PER_TOKEN))
@@ -562,7 +562,7 @@ class Agent:
             raise InvalidInput("nothing to rewind: the session starts with the first answer")
         node = self.store.rewind(self.sid, f"{self.sid}~{steps}")
         self.state.clear()
-        self.state.update({**default_state(), **self.store.state(self.sid)})
+        self.state.update({**default_state(), **self.store.state_at(self.sid)})
         self._compacted = self._compacted_ids()
         self.tokens.forget()
         return node

@@ -35,11 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objstore import Store
-from objstore.fsck import check_store
-from objstore.gc import collect_garbage
-from objstore.object_store import MIN_GRACE
-from objstore.search import SearchIndex
+from objstore import MIN_GRACE, SearchIndex, Store, check_store, collect_garbage
 
 from .measure import disk_bytes
 

@@ -20,8 +20,7 @@ from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
 from agent.tokens import describe_usage
 from agent.tools import Toolbox
-from objstore import AgsError, Store
-from objstore.resolve import project_root
+from objstore import AgsError, Store, project_root
 
 from .app import cli, open_store
 from .approval import approval_request

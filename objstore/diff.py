@@ -21,11 +21,11 @@ def diff_sessions(store: Store, a: str, b: str) -> SessionDiff:
     Histories are chains (one parent per node), so the common ancestor is the
     first node of b's chain that a's chain holds. Costs one walk of each.
     """
-    chain_a = list(walk(store.lookup(a).node, store.node))
+    chain_a = list(walk(store.target(a).node, store.node))
     depth = {node.id: i for i, node in enumerate(chain_a)}
     only_b: list[LogEntry] = []
     base = None
-    for node in walk(store.lookup(b).node, store.node):
+    for node in walk(store.target(b).node, store.node):
         if node.id in depth:
             base = node.id
             break

@@ -29,8 +29,10 @@ the same root in agent/errors.py::
     └── SearchIndexError           the search index cannot be used
         └── SearchIndexBusy
 
-``StoreWarning`` is not an error: damage ags worked around, issued with
-``warnings.warn``.
+Two classes here are not ``AgsError``: ``StoreWarning`` (damage ags worked
+around, issued with ``warnings.warn``) and ``NestingTooDeep``, a ``ValueError``
+like any other JSON that cannot be read, which each reader turns into its own
+error (a corrupt object, a bad export, a bad reply from a model).
 """
 
 from __future__ import annotations
@@ -163,3 +165,11 @@ class SearchIndexError(AgsError):
 
 class SearchIndexBusy(SearchIndexError):
     """Another process held the search index for longer than the busy timeout."""
+
+
+class NestingTooDeep(ValueError):
+    """JSON text nests containers deeper than allowed (a ValueError, like any bad JSON)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested deeper than {limit} levels, the limit")
+        self.limit = limit

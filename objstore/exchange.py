@@ -34,6 +34,7 @@ from .errors import (
     AgsError,
     BadExport,
     InvalidInput,
+    NestingTooDeep,
     ObjectError,
     RefConflict,
     SessionArchived,
@@ -43,7 +44,6 @@ from .limits import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     MAX_OBJECT_BYTES,
-    NestingTooDeep,
     parse_json,
 )
 from .nodes import Node, parse_node
@@ -67,7 +67,7 @@ def export_schema() -> dict[str, Any]:
 
 def export_session(store: Store, spec: str) -> dict[str, Any]:
     """The export document of what ``spec`` names: a session (at its head) or a node."""
-    target = store.lookup(spec)
+    target = store.target(spec)
     session = None
     if target.session is not None:
         info = store.session(target.session)

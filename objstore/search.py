@@ -149,7 +149,7 @@ class RefreshStats:
     failed: tuple[tuple[str, str], ...] = ()
 
 
-def message_text(message: Any) -> str:
+def searchable_text(message: Any) -> str:
     """The searchable text of a message: its content (a string, or the text of its
     parts), its reasoning, the names and arguments of its tool calls, and a tool
     result's tool name and content."""
@@ -172,7 +172,7 @@ def message_text(message: Any) -> str:
 def indexed_text(message: Any) -> str:
     """What the index keeps of a message: the start of its text, MAX_INDEXED_CHARS at
     most, so the cost of a hit (a snippet reads the text) has a bound."""
-    return message_text(message)[:MAX_INDEXED_CHARS]
+    return searchable_text(message)[:MAX_INDEXED_CHARS]
 
 
 def content_text(value: Any) -> str:

@@ -138,7 +138,7 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
             for key in usage:
                 value = node_usage.get(key)
                 usage[key] += value if isinstance(value, int) else 0
-    state_usage = store.state(info.id).get("usage") if info.head else None
+    state_usage = store.state_at(info.id).get("usage") if info.head else None
     if isinstance(state_usage, dict):  # the agent's running total includes summary calls
         usage = {k: int(state_usage.get(k, 0) or 0) for k in usage}
     stored = sum(sizes.get(o, 0) for o in mine)

@@ -8,6 +8,12 @@ This is the public API other tools build on::
     store.context(sid)                         # what the model sees
     fork = store.fork(f"{sid}~1")              # O(1), copies nothing
 
+Names: a method that takes ``spec`` resolves what a user typed (a session id
+or prefix, ``HEAD``, a tag, ``~N``, ``@{N}``): ``target(spec)`` gives the node
+and the session, ``node_id(spec)`` only the node, ``session_id(spec)`` only the
+session; ``context``, ``log``, ``state_at``, ``walk`` read history there.
+``node(node_id)`` and ``blob(blob_id)`` read one object by its id.
+
 A store handle belongs to one thread. The first append to a session takes
 the session's writer lock, and the handle keeps it until ``release`` or
 ``close``; ``with store.writing(sid):`` holds it for a block instead. A
@@ -111,14 +117,6 @@ class LogEntry:
     @property
     def id(self) -> str:
         return self.node.id
-
-
-@dataclass(frozen=True, slots=True)
-class ReflogLine:
-    old: str | None
-    new: str | None
-    time: str
-    reason: str
 
 
 def new_session_id() -> str:
@@ -567,7 +565,7 @@ class Store:
 
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
-        node_id = self.lookup(spec).node
+        node_id = self.target(spec).node
         if node_id is None:
             return []
         return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
@@ -575,17 +573,17 @@ class Store:
     def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
         """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip
         by spans, for readers of messages). None, or an empty session, walks nothing."""
-        start = self.lookup(spec).node if spec is not None else None
+        start = self.target(spec).node if spec is not None else None
         return walk(start, self.node, spans=spans)
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
-        for node in walk(self.lookup(spec).node, self.node):
+        for node in walk(self.target(spec).node, self.node):
             yield LogEntry(node, self.blob(node.content))
 
-    def state(self, spec: str) -> dict[str, Any]:
+    def state_at(self, spec: str) -> dict[str, Any]:
         """The agent state in force at ``spec`` ({} if none was ever stored)."""
-        node_id = self.lookup(spec).node
+        node_id = self.target(spec).node
         if node_id is None:
             return {}
         state_id = self.node(node_id).state
@@ -597,7 +595,7 @@ class Store:
     def fork(self, spec: str, title: str | None = None) -> str:
         """A new session whose head is the node ``spec`` names. O(1): copies no message."""
         _check_title(title)
-        target = self.lookup(spec)
+        target = self.target(spec)
         source = self.session(target.session) if target.session else None
         if target.node is None:
             count = 0
@@ -698,7 +696,7 @@ class Store:
         The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
         """
         sid, tip = self._writable(session)
-        node_id = self.resolve(spec)
+        node_id = self.node_id(spec)
         if not self._in_history(sid, node_id):
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
@@ -732,7 +730,7 @@ class Store:
     def tag(self, name: str, spec: str, force: bool = False) -> str:
         """Name the node ``spec`` names; return the node id. Refuses to move a tag unless forced."""
         check_tag_name(name)
-        node_id = self.resolve(spec)
+        node_id = self.node_id(spec)
 
         def change(current: RefRecord | None) -> Body:
             if current is not None and current.target != node_id and not force:
@@ -767,10 +765,10 @@ class Store:
 
         self.refs.transact(tag_ref(name), "delete", change)
 
-    def reflog(self, spec: str) -> list[ReflogLine]:
+    def reflog(self, spec: str) -> list[ReflogEntry]:
         """The reflog of the ref ``spec`` names, newest first."""
         name = self._resolver.ref_name(parse_spec(spec))
-        return [ReflogLine(e.old, e.new, e.time, e.reason) for e in self.refs.reflog(name)][::-1]
+        return self.refs.reflog(name)[::-1]
 
     # -- HEAD ------------------------------------------------------------------
 
@@ -781,7 +779,7 @@ class Store:
         ``root`` defaults to the project whose HEAD the current directory is
         in, else the current directory itself.
         """
-        target = self.lookup(spec, root=root)
+        target = self.target(spec, root=root)
         if parse_spec(spec).is_plain and target.session is not None:
             value = session_ref(target.session)
         elif target.node is not None:
@@ -806,19 +804,21 @@ class Store:
     def head(self, root: RootPath = None) -> Target | None:
         """What HEAD names for ``root`` (default: the current directory), or None."""
         try:
-            return self.lookup("HEAD", root=root)
+            return self.target("HEAD", root=root)
         except UnknownSpec:
             return None
 
     # -- resolving specs -------------------------------------------------------
 
-    def lookup(self, spec: str, root: RootPath = None) -> Target:
-        """Resolve a spec to a node and the session it was reached through (resolve.py)."""
+    def target(self, spec: str, root: RootPath = None) -> Target:
+        """What ``spec`` names: a node (None for an empty session) and the session it
+        was reached through, if any (resolve.py). The one resolution of a spec;
+        ``node_id`` and ``session_id`` narrow it."""
         return self._resolver.lookup(spec, root)
 
-    def resolve(self, spec: str) -> str:
+    def node_id(self, spec: str) -> str:
         """The node id ``spec`` names (a session with no messages yet is an error)."""
-        node = self.lookup(spec).node
+        node = self.target(spec).node
         if node is None:
             raise UnknownSpec(f"{spec} names a session with no messages yet")
         return node

@@ -167,7 +167,7 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
         if plan.action == "append" and plan.session:
             count = store.session(plan.session).messages
         elif plan.action == "fork" and plan.spec:
-            count = store.node(store.resolve(plan.spec)).messages
+            count = store.node(store.node_id(plan.spec)).messages
         for _ in src.feed(builder, plan.start, len(keys), digests):
             count += sum(1 for item in builder.take() if not item.compaction)
         builder.close()
