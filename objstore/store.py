@@ -189,6 +189,17 @@ def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
     return body
 
 
+def _checked_bodies(
+    content: dict[str, Any], what: str, state: dict[str, Any] | None, meta: dict[str, Any] | None
+) -> tuple[bytes, bytes | None]:
+    """The canonical bytes of a new node's message (or summary) and state, all three
+    values checked against the limits before anything is written."""
+    content_body = _json_body(content, what)
+    state_body = _json_body(state, "state") if state is not None else None
+    _json_body(meta, "meta", META_DEPTH)
+    return content_body, state_body
+
+
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
     session_info(rec)  # a damaged ref is named, not rewritten
     return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
@@ -472,9 +483,7 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
-        message_body = _json_body(message, "message")
-        state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta", META_DEPTH)
+        message_body, state_body = _checked_bodies(message, "message", state, meta)
         sid, tip = self._writable(session)
         parent = tip.head
         message_id = self.objects.put("blob", message_body)
@@ -514,9 +523,7 @@ class Store:
             raise InvalidInput("a summary must be a string or a JSON object")
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
-        summary_body = _json_body(summary, "summary")
-        state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta", META_DEPTH)
+        summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
         sid, tip = self._writable(session)
         parent = tip.head
         if parent is None:
