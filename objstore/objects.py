@@ -15,6 +15,7 @@ it asks for.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Final
 
 import blake3
@@ -33,8 +34,23 @@ ZSTD_LEVEL: Final = 3
 MAX_CONTENT_BYTES: Final = len("node") + 1 + MAX_OBJECT_BYTES
 _READ_CHUNK: Final = 1 << 20
 
-_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
+# zstandard's compressors and decompressors must not be used by two threads at
+# once (the interpreter crashes): each thread gets its own.
+_per_thread = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    made: zstandard.ZstdCompressor | None = getattr(_per_thread, "compressor", None)
+    if made is None:
+        made = _per_thread.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return made
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    made: zstandard.ZstdDecompressor | None = getattr(_per_thread, "decompressor", None)
+    if made is None:
+        made = _per_thread.decompressor = zstandard.ZstdDecompressor()
+    return made
 
 
 def check_id(object_id: str) -> str:
@@ -57,7 +73,7 @@ def stored_form(kind: str, body: bytes) -> bytes:
             f"({MAX_OBJECT_BYTES:,} bytes)",
             "too large",
         )
-    return _FORMAT_ZSTD_BYTE + _compressor.compress(kind.encode("ascii") + b"\0" + body)
+    return _FORMAT_ZSTD_BYTE + _compressor().compress(kind.encode("ascii") + b"\0" + body)
 
 
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
@@ -89,12 +105,12 @@ def _decompressed(oid: str, frame: memoryview) -> bytes:
                 oid, f"its zstd frame claims {size:,} bytes, over the limit of an object"
             )
         if size >= 0:  # the one-shot decompressor allocates what the header says
-            return _decompressor.decompress(frame)
+            return _decompressor().decompress(frame)
         # No size in the header (ags writes one, other writers may not): read in
         # chunks, so the limit, not the frame, decides what is allocated.
         chunks: list[bytes] = []
         total = 0
-        with _decompressor.stream_reader(frame, read_across_frames=False) as reader:
+        with _decompressor().stream_reader(frame, read_across_frames=False) as reader:
             while chunk := reader.read(_READ_CHUNK):
                 total += len(chunk)
                 if total > MAX_CONTENT_BYTES:

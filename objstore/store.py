@@ -14,7 +14,9 @@ and the session, ``node_id(spec)`` only the node, ``session_id(spec)`` only the
 session; ``context``, ``log``, ``state_at``, ``walk`` read history there.
 ``node(node_id)`` and ``blob(blob_id)`` read one object by its id.
 
-A store handle belongs to one thread. The first append to a session takes
+A handle may be shared between threads: its operations take turns (turns.py),
+a batch has the handle to itself until it ends, and what one thread appends
+is durable when its call returns, as from one thread. The first append to a session takes
 the session's writer lock, and the handle keeps it until ``release`` or
 ``close``; ``with store.writing(sid):`` holds it for a block instead. A
 handle dropped without ``close`` is closed when it is collected (its pack
@@ -23,6 +25,7 @@ sealed, its locks released), not when the process exits.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import secrets
@@ -71,6 +74,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
+from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
@@ -247,6 +251,7 @@ class Store:
     """A store on local disk. Open with ``Store.open``; close when done (or use ``with``)."""
 
     def __init__(self, path: Path) -> None:
+        self._turns = Turns()
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
@@ -986,6 +991,10 @@ class Store:
         unreferenced, for gc). A ref that another process changed meanwhile
         raises RefConflict at the end.
         """
+        with self._turns:  # a batch has the handle to itself: other threads wait
+            yield from self._batched()
+
+    def _batched(self) -> Iterator[Store]:
         if self._batch_depth:
             self._batch_depth += 1
             try:
@@ -1007,6 +1016,12 @@ class Store:
             self._batch_depth = 0
             for sid in set(self._tips) - set(self._writers):
                 del self._tips[sid]  # remembered only under a writer lock
+
+
+# Every public operation takes its turn (turns.py); ``batch`` takes it for its block.
+for _name, _member in list(vars(Store).items()):
+    if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
+        setattr(Store, _name, one_at_a_time(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
