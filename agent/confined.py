@@ -59,7 +59,12 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import BinaryIO
 
-from objstore.errors import AgsError
+# The file tools' errors live with every other agent error; callers import them here too.
+from agent.errors import ConfinedError as ConfinedError
+from agent.errors import FileTooLarge as FileTooLarge
+from agent.errors import InvalidPath as InvalidPath
+from agent.errors import NotRegularFile as NotRegularFile
+from agent.errors import OutsideRoot as OutsideRoot
 
 MAX_SYMLINKS = 40
 """Symlinks followed in one path, as Linux's path walk allows."""
@@ -78,41 +83,6 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _LINK_ERRNOS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
 # A component that turned into a symlink between the walk and the open: walk again.
 _RETRIES = 8
-
-
-class ConfinedError(AgsError):
-    """A file operation refused by :class:`ConfinedFS`."""
-
-
-class OutsideRoot(ConfinedError):
-    """A path, or a symlink on its way, leads outside the root."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(f"{path} leads outside the project root; that is not allowed")
-        self.path = path
-
-
-class InvalidPath(ConfinedError):
-    """A path that names nothing: empty, with a NUL, not encodable, or too long."""
-
-
-class NotRegularFile(ConfinedError):
-    """The path names something that is not a regular file (a FIFO, a device, a socket)."""
-
-    def __init__(self, path: str, kind: str) -> None:
-        super().__init__(f"{path} is a {kind}, not a regular file")
-        self.path = path
-        self.kind = kind
-
-
-class FileTooLarge(ConfinedError):
-    """A whole-file read met a file larger than the caller's limit."""
-
-    def __init__(self, path: str, size: int, limit: int) -> None:
-        super().__init__(f"{path} is {size} bytes, more than the {limit} bytes allowed here")
-        self.path = path
-        self.size = size
-        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,34 @@
-"""Errors of talking to a model server.
+"""The errors of the agent: model servers, the loop, the sandbox, the file tools,
+the importers. Each is an ``AgsError`` (objstore/errors.py has the store's), so
+the command line prints any of them as one line; a caller that wants to react
+(compact on ``ContextTooLong``, stop on ``AuthFailed``) catches the subclass.
+Messages say what went wrong, where, and what to do about it; they never carry
+an API key::
 
-All of them are ``ModelError``, itself an ``AgsError``, so the command line
-prints any of them as one line. A caller that wants to react (compact on
-``ContextTooLong``, stop on ``AuthFailed``) catches the subclass. Messages say
-what went wrong, where, and what to do about it; they never carry an API key.
+    AgsError (objstore.errors)
+    ├── ModelError                 no reply from a model server
+    │   ├── ModelConfigError       the client is set up wrongly
+    │   ├── ModelNotFound
+    │   ├── ContextTooLong         the conversation does not fit the window: the
+    │   │                          server said so, or compaction cannot make it fit
+    │   ├── AuthFailed
+    │   ├── ModelRequestFailed
+    │   ├── ModelUnavailable
+    │   └── ModelProtocolError
+    ├── SandboxError               the Docker sandbox
+    │   ├── DockerUnavailable
+    │   └── ImageMissing
+    ├── ConfinedError              a file tool refused a path
+    │   ├── OutsideRoot
+    │   ├── InvalidPath
+    │   ├── NotRegularFile
+    │   └── FileTooLarge
+    └── SourceError                another agent's session file cannot be imported
 """
 
 from __future__ import annotations
 
-from objstore.errors import AgsError
+from objstore import AgsError
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -39,31 +59,50 @@ class ModelNotFound(ModelError):
 
 
 class ContextTooLong(ModelError):
-    """The conversation does not fit the model's context window.
+    """The conversation does not fit the model's context window: the server said so
+    (``reported``), or the loop found that even compaction cannot make it fit.
 
     ``prompt_tokens`` and ``context_tokens`` are the server's own counts when
-    its message gave them (llama.cpp and vLLM do; Ollama does not), else None.
+    its message gave them (llama.cpp and vLLM do; Ollama does not), else None;
+    ``base_url`` is None when the loop, not a server, found it.
     """
 
     def __init__(
         self,
-        base_url: str,
-        detail: str,
+        message: str,
+        *,
+        base_url: str | None = None,
+        detail: str = "",
         prompt_tokens: int | None = None,
         context_tokens: int | None = None,
     ) -> None:
-        if prompt_tokens is not None and context_tokens is not None:
-            counts = f" ({prompt_tokens} tokens for a window of {context_tokens})"
-        else:
-            counts = ""
-        super().__init__(
-            f"the conversation is too long for the model's context on {base_url}{counts}: "
-            f"compact it or give the model a larger context (server said: {one_line(detail)})"
-        )
+        super().__init__(message)
         self.base_url = base_url
         self.detail = detail
         self.prompt_tokens = prompt_tokens
         self.context_tokens = context_tokens
+
+    @classmethod
+    def reported(
+        cls,
+        base_url: str,
+        detail: str,
+        prompt_tokens: int | None = None,
+        context_tokens: int | None = None,
+    ) -> ContextTooLong:
+        """What a server's refusal of a too-long prompt becomes."""
+        if prompt_tokens is not None and context_tokens is not None:
+            counts = f" ({prompt_tokens} tokens for a window of {context_tokens})"
+        else:
+            counts = ""
+        return cls(
+            f"the conversation is too long for the model's context on {base_url}{counts}: "
+            f"compact it or give the model a larger context (server said: {one_line(detail)})",
+            base_url=base_url,
+            detail=detail,
+            prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
+        )
 
 
 class AuthFailed(ModelError):
@@ -113,3 +152,62 @@ class ModelProtocolError(ModelError):
         )
         self.base_url = base_url
         self.detail = detail
+
+
+class SandboxError(AgsError):
+    """The sandbox could not be made, or could not run a command."""
+
+
+class DockerUnavailable(SandboxError):
+    """No Docker engine answers (not running, wrong DOCKER_HOST, no permission)."""
+
+
+class ImageMissing(SandboxError):
+    """The sandbox image is not on the Docker engine, and ags does not pull images."""
+
+    def __init__(self, image: str) -> None:
+        super().__init__(
+            f"the sandbox image {image!r} is not on the Docker engine and ags does not pull "
+            "images: build or load it (docker build / docker load), or name another with "
+            "AGS_IMAGE"
+        )
+        self.image = image
+
+
+class ConfinedError(AgsError):
+    """A file operation refused by :class:`ConfinedFS`."""
+
+
+class OutsideRoot(ConfinedError):
+    """A path, or a symlink on its way, leads outside the root."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} leads outside the project root; that is not allowed")
+        self.path = path
+
+
+class InvalidPath(ConfinedError):
+    """A path that names nothing: empty, with a NUL, not encodable, or too long."""
+
+
+class NotRegularFile(ConfinedError):
+    """The path names something that is not a regular file (a FIFO, a device, a socket)."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path} is a {kind}, not a regular file")
+        self.path = path
+        self.kind = kind
+
+
+class FileTooLarge(ConfinedError):
+    """A whole-file read met a file larger than the caller's limit."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(f"{path} is {size} bytes, more than the {limit} bytes allowed here")
+        self.path = path
+        self.size = size
+        self.limit = limit
+
+
+class SourceError(AgsError):
+    """A source file that cannot be imported at all (unreadable, not the tool's format)."""

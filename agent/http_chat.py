@@ -36,7 +36,7 @@ from agent.errors import (
     one_line,
 )
 from agent.messages import REPLY_DEPTH, token_count
-from objstore.limits import parse_json
+from objstore import parse_json
 
 # Reads wait long: a server may load a model from disk before the first byte.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)
@@ -356,7 +356,7 @@ class HTTPChatClient:
         status, message = error.status, error.message
         if _CONTEXT_TEXT.search(f"{message} {error.type or ''}"):
             prompt, window = _context_counts(error)
-            return ContextTooLong(self.base_url, message, prompt, window)
+            return ContextTooLong.reported(self.base_url, message, prompt, window)
         if status in {401, 403}:
             return AuthFailed(self.base_url, status, message, self._key_env())
         if status == 404:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Final
 
-from objstore import AgsError, InvalidInput, SessionArchived, Store
+from objstore import InvalidInput, SessionArchived, Store
 
 from .errors import ContextTooLong, ModelError
 from .messages import (
@@ -90,10 +90,6 @@ Summarise the conversation above so that the work can continue from the summary 
 the user's goals and constraints, decisions made and why, files changed, commands run \
 and their results, open problems and next steps. Keep exact names, paths and numbers. \
 Do not call tools."""
-
-
-class ContextFull(AgsError):
-    """The context does not fit the model even after compaction."""
 
 
 def default_state() -> dict[str, Any]:
@@ -218,7 +214,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_steps = max_steps
         start = self.sid or base
-        self.state = {**default_state(), **(store.state(start) if start else {})}
+        self.state = {**default_state(), **(store.state_at(start) if start else {})}
         self.toolbox.state = self.state
         calibrated = self.state.get("usage", {}).get("chars_per_token")
         self.tokens = TokenCounter(float(calibrated or CHARS_PER_TOKEN))
@@ -245,13 +241,9 @@ class Agent:
     def _compacted_ids(self) -> CallIdFilter:
         """The call ids compactions took out of the context: the newest compaction's
         ``compacted_call_ids`` (found like the context, a span at a time)."""
-        start = self.sid or self._base
-        node_id = self.store.lookup(start).node if start else None
-        while node_id is not None:
-            node = self.store.node(node_id)
+        for node in self.store.walk(self.sid or self._base or None, spans=True):
             if node.is_compaction:
                 return CallIdFilter.from_hex(node.meta.get("compacted_call_ids"))
-            node_id = node.span.after if node.span is not None else node.parent
         return CallIdFilter()
 
     # -- recovery --------------------------------------------------------------
@@ -457,7 +449,7 @@ class Agent:
 
     def _make_room(self) -> list[Message]:
         """The prompt for the next model call: compacted first at COMPACT_AT of the
-        budget; ContextFull if it cannot fit, before any summary call when even
+        budget; ContextTooLong if it cannot fit, before any summary call when even
         what compaction keeps (the current turn) does not fit."""
         prompt = self._prompt()
         budget = self.max_context_tokens
@@ -467,7 +459,7 @@ class Agent:
         floor = self._tokens([self._system(), *kept, *([self._pending] if self._pending else [])])
         if floor >= budget:
             what = "your message" if self._pending is not None else "the current turn"
-            raise ContextFull(
+            raise ContextTooLong(
                 f"the system prompt, the tool definitions and {what} take about {floor} "
                 f"tokens and the limit is {budget}; compaction cannot make that fit: "
                 "raise --max-context-tokens, or send less at once"
@@ -476,7 +468,7 @@ class Agent:
             prompt = self._prompt()
         used = self._tokens(prompt)
         if used >= budget:
-            raise ContextFull(
+            raise ContextTooLong(
                 f"the context needs about {used} tokens and the limit is "
                 f"{budget}, even after compaction: raise "
                 "--max-context-tokens, or fork an earlier point (ags fork SESSION~N)"
@@ -570,7 +562,7 @@ class Agent:
             raise InvalidInput("nothing to rewind: the session starts with the first answer")
         node = self.store.rewind(self.sid, f"{self.sid}~{steps}")
         self.state.clear()
-        self.state.update({**default_state(), **self.store.state(self.sid)})
+        self.state.update({**default_state(), **self.store.state_at(self.sid)})
         self._compacted = self._compacted_ids()
         self.tokens.forget()
         return node

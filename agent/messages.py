@@ -40,7 +40,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from objstore.limits import MAX_DEPTH, depth_exceeds, parse_json
+from objstore import MAX_DEPTH, depth_exceeds, parse_json
 
 Message = dict[str, Any]
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from objstore import InvalidInput, Store, UnknownSpec
-from objstore.resolve import project_root
+from objstore import InvalidInput, Store, UnknownSpec, project_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +30,7 @@ class Choice:
             assert self.fork_spec is not None and self.base is not None
             # The spec as given records the session it came through; if that spec
             # has moved since it was chosen, the node it named is forked instead.
-            same = store.lookup(self.fork_spec).node == self.base
+            same = store.target(self.fork_spec).node == self.base
             return store.fork(self.fork_spec if same else self.base)
         return store.new_session(root=self.project, model=model)
 
@@ -59,7 +58,7 @@ def choose_session(
             raise UnknownSpec(f"no session of {here} to continue: start one with ags chat")
         return _checked(store, Choice(mine[0].id, "resumed", here), project)
     if resume:
-        target = store.lookup(resume)
+        target = store.target(resume)
         if target.session is not None and store.session(target.session).head == target.node:
             return _checked(store, Choice(target.session, "resumed", here), project)
         source = store.session(target.session) if target.session else None

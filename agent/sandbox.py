@@ -66,8 +66,11 @@ import docker
 import docker.errors
 import requests.exceptions
 
+# The sandbox's errors live with every other agent error; callers import them here too.
+from agent.errors import DockerUnavailable as DockerUnavailable
+from agent.errors import ImageMissing as ImageMissing
+from agent.errors import SandboxError as SandboxError
 from agent.errors import one_line
-from objstore.errors import AgsError
 
 WORKSPACE = "/workspace"
 OUTPUT_LIMIT = 30_000
@@ -103,26 +106,6 @@ _POLL = 0.1
 # A command killed by SIGKILL may have died with its container: the engine
 # records the container's stop a moment after the command's end.
 _STOPPING = 0.5
-
-
-class SandboxError(AgsError):
-    """The sandbox could not be made, or could not run a command."""
-
-
-class DockerUnavailable(SandboxError):
-    """No Docker engine answers (not running, wrong DOCKER_HOST, no permission)."""
-
-
-class ImageMissing(SandboxError):
-    """The sandbox image is not on the Docker engine, and ags does not pull images."""
-
-    def __init__(self, image: str) -> None:
-        super().__init__(
-            f"the sandbox image {image!r} is not on the Docker engine and ags does not pull "
-            "images: build or load it (docker build / docker load), or name another with "
-            "AGS_IMAGE"
-        )
-        self.image = image
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 from agent.confined import ConfinedError, ConfinedFS, FileTooLarge, OutsideRoot
 from agent.messages import ARGUMENTS_DEPTH
 from agent.sandbox import WORKSPACE, Sandbox, SandboxError, truncate_middle
-from objstore.limits import NestingTooDeep, parse_json
+from objstore import NestingTooDeep, parse_json
 
 RESULT_LIMIT = 40_000
 """Characters of a tool result the model gets; the middle of a longer one is cut.

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from objstore import LogEntry, Store
-from objstore.search import content_text
+from objstore import LogEntry, Store, content_text
 
 from .control_chars import visible
 from .markup import HIGHLIGHT_CSS, code_html, markdown_html, text_html
@@ -43,7 +42,7 @@ class Transcript:
 
 def transcript_entries(store: Store, spec: str) -> Transcript:
     """Everything a person needs to read the history at ``spec``, oldest first."""
-    target = store.lookup(spec)
+    target = store.target(spec)
     info = store.session(target.session) if target.session else None
     entries = list(store.log(spec))[::-1] if target.node else []
     return Transcript(

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.importers import import_sessions
-from objstore import SessionInfo, Store
-from objstore.search import SearchIndex
+from objstore import SearchIndex, SessionInfo, Store
 
 from .claude_code_files import write_projects
 from .conversations import Conversation, Message, Project, summary_text
@@ -149,7 +148,7 @@ def resume_compacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
         _write_compacted(jsonl, jid, messages, sizes)
     half = sizes.compact_every // 2
     with Store.open(ags_path) as store:  # resume points as a user names them: node ids
-        mid, before = store.resolve(f"{sid}~{half + 1}"), store.resolve(f"{sid}~1")
+        mid, before = store.node_id(f"{sid}~{half + 1}"), store.node_id(f"{sid}~1")
     points = [  # (label, ags spec, JSONL messages read, compaction line included)
         ("after a compaction", sid, len(messages), True),
         ("mid-cycle", mid, len(messages) - half, False),

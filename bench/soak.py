@@ -35,11 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from objstore import Store
-from objstore.fsck import check_store
-from objstore.gc import collect_garbage
-from objstore.object_store import MIN_GRACE
-from objstore.search import SearchIndex
+from objstore import MIN_GRACE, SearchIndex, Store, check_store, collect_garbage
 
 from .measure import disk_bytes
 
@@ -163,7 +159,7 @@ def repack_loop(path: str, deadline: float, out: str) -> None:
 
         def step() -> None:
             with Store.open(path) as store:
-                stats.merged += store.objects.repack()
+                stats.merged += store.repack()
             stats.steps += 1
 
         _guard(stats, step)
@@ -214,10 +210,11 @@ def verify(path: Path, out: Path) -> Verdict:
             if sid not in chains:
                 info = store.session(sid)
                 stop = (info.forked_from or {}).get("node")
-                nodes, at = set(), info.head
-                while at is not None and at != stop:
-                    nodes.add(at)
-                    at = store.node(at).parent
+                nodes = set()
+                for node in store.walk(info.head):
+                    if node.id == stop:
+                        break
+                    nodes.add(node.id)
                 if stop is not None:
                     nodes.add(stop)
                 chains[sid] = nodes

@@ -9,9 +9,16 @@ from typing import Any
 
 import click
 
-from objstore import LogEntry, Node, SessionInfo, Store
-from objstore.diff import diff_sessions
-from objstore.search import SearchHit, SearchIndex, fts_query
+from objstore import (
+    LogEntry,
+    Node,
+    SearchHit,
+    SearchIndex,
+    SessionInfo,
+    Store,
+    diff_sessions,
+    fts_query,
+)
 
 from .app import cli, open_store
 from .output import (
@@ -225,9 +232,9 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
       ags show 3f2a~2 --json
     """
     store = open_store(ctx)
-    node = store.node(store.resolve(spec))
+    node = store.node(store.node_id(spec))
     entry = LogEntry(node, store.blob(node.content))
-    state = store.state(node.id)
+    state = store.state_at(node.id)
     if as_json:
         emit_json({**entry_json(entry), "state": state})
         return

@@ -10,12 +10,17 @@ from typing import Any
 import click
 
 from agent.importers import TOOL_NAMES, import_sessions
-from objstore.errors import AgsError
-from objstore.exchange import encode_document, export_session, import_document, read_document
-from objstore.files import write_private_file
-from objstore.fsck import check_store
-from objstore.gc import collect_garbage
-from objstore.stats import store_usage
+from objstore import (
+    AgsError,
+    check_store,
+    collect_garbage,
+    encode_document,
+    export_session,
+    import_document,
+    read_document,
+    store_usage,
+    write_private_file,
+)
 
 from .app import cli, open_store
 from .output import (

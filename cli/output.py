@@ -31,7 +31,7 @@ import click
 
 from agent.control_chars import HIDDEN_IN_BODY
 from agent.control_chars import visible as visible  # re-exported: the commands print with it
-from objstore.search import content_text
+from objstore import content_text
 
 
 def _json_escape(match: re.Match[str]) -> str:

@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from agent.tokens import describe_usage
-from objstore import InvalidInput
-from objstore.stats import session_usage
+from objstore import InvalidInput, session_usage
 
 from .app import cli, open_store
 from .output import (
@@ -229,7 +228,7 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
     store = open_store(ctx)
     usage = session_usage(store, session)
     # The agent's totals say which calls the server counted (agent/tokens.py).
-    state = store.state(session) if usage.session.head else {}
+    state = store.state_at(session) if usage.session.head else {}
     totals = {**usage.usage, **(state.get("usage") or {})}
     if as_json:
         emit_json({**to_jsonable(usage), "usage": totals})

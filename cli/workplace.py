@@ -17,8 +17,7 @@ from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
 from agent.tools import Toolbox
-from objstore import InvalidInput, Store
-from objstore.resolve import project_root
+from objstore import InvalidInput, Store, project_root
 
 from .agent_options import AgentOptions
 from .app import open_store

@@ -3,18 +3,30 @@
 Messages, summaries and agent state are immutable, zstd-compressed objects
 named by their BLAKE3 hash; sessions are refs to commit-like nodes. See
 docs/FORMAT.md for the on-disk format and ``Store`` for the API.
+
+Everything other code uses is exported here and listed in ``__all__``
+(tests/test_public_api.py keeps the list and checks that the command line,
+the agent and the web pages use nothing else); the submodules are the
+engine's own business.
 """
 
+from .diff import SessionDiff, diff_sessions
 from .errors import (
     AgsError,
     AmbiguousSpec,
+    BadExport,
     CorruptObject,
+    DamagedIndex,
+    DamagedPack,
     InvalidInput,
     InvalidName,
     LimitExceeded,
+    NestingTooDeep,
     ObjectError,
     ObjectMissing,
     RefConflict,
+    SearchIndexBusy,
+    SearchIndexError,
     SessionArchived,
     SessionBusy,
     SpecError,
@@ -24,32 +36,88 @@ from .errors import (
     UnknownSpec,
     UnsafeStore,
 )
-from .nodes import Node
-from .resolve import Target
-from .store import LogEntry, ReflogLine, SessionInfo, Store
+from .exchange import (
+    ImportResult,
+    encode_document,
+    export_session,
+    import_document,
+    read_document,
+)
+from .files import write_private_file
+from .fsck import FsckReport, Problem, check_store
+from .gc import GcReport, collect_garbage
+from .limits import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    MAX_OBJECT_BYTES,
+    depth_exceeds,
+    parse_json,
+)
+from .nodes import Node, Span
+from .object_store import MIN_GRACE
+from .reflog import ReflogEntry
+from .resolve import Target, project_root
+from .search import SearchHit, SearchIndex, content_text, fts_query
+from .stats import SessionUsage, StoreUsage, session_usage, store_usage
+from .store import LogEntry, SessionInfo, Store
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_OBJECT_BYTES",
+    "MIN_GRACE",
     "AgsError",
     "AmbiguousSpec",
+    "BadExport",
     "CorruptObject",
+    "DamagedIndex",
+    "DamagedPack",
+    "FsckReport",
+    "GcReport",
+    "ImportResult",
     "InvalidInput",
-    "LimitExceeded",
     "InvalidName",
+    "LimitExceeded",
     "LogEntry",
+    "NestingTooDeep",
     "Node",
     "ObjectError",
     "ObjectMissing",
+    "Problem",
     "RefConflict",
-    "ReflogLine",
+    "ReflogEntry",
+    "SearchHit",
+    "SearchIndex",
+    "SearchIndexBusy",
+    "SearchIndexError",
     "SessionArchived",
     "SessionBusy",
+    "SessionDiff",
     "SessionInfo",
+    "SessionUsage",
+    "Span",
     "SpecError",
     "Store",
     "StoreFormatError",
     "StoreMissing",
+    "StoreUsage",
     "StoreWarning",
     "Target",
     "UnknownSpec",
     "UnsafeStore",
+    "check_store",
+    "collect_garbage",
+    "content_text",
+    "depth_exceeds",
+    "diff_sessions",
+    "encode_document",
+    "export_session",
+    "fts_query",
+    "import_document",
+    "parse_json",
+    "project_root",
+    "read_document",
+    "session_usage",
+    "store_usage",
+    "write_private_file",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .store import LogEntry, Store
+from .walk import walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,24 +21,15 @@ def diff_sessions(store: Store, a: str, b: str) -> SessionDiff:
     Histories are chains (one parent per node), so the common ancestor is the
     first node of b's chain that a's chain holds. Costs one walk of each.
     """
-    head_a, head_b = store.lookup(a).node, store.lookup(b).node
-    chain_a: dict[str, int] = {}
-    at = head_a
-    while at is not None:
-        chain_a[at] = len(chain_a)
-        at = store.node(at).parent
+    chain_a = list(walk(store.target(a).node, store.node))
+    depth = {node.id: i for i, node in enumerate(chain_a)}
     only_b: list[LogEntry] = []
     base = None
-    at = head_b
-    while at is not None:
-        if at in chain_a:
-            base = at
+    for node in walk(store.target(b).node, store.node):
+        if node.id in depth:
+            base = node.id
             break
-        node = store.node(at)
         only_b.append(LogEntry(node, store.blob(node.content)))
-        at = node.parent
-    only_a = []
-    for nid in list(chain_a)[: chain_a[base] if base else len(chain_a)]:
-        node = store.node(nid)
-        only_a.append(LogEntry(node, store.blob(node.content)))
+    unique_a = chain_a[: depth[base]] if base else chain_a
+    only_a = [LogEntry(node, store.blob(node.content)) for node in unique_a]
     return SessionDiff(base, only_a, only_b)

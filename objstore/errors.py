@@ -3,7 +3,36 @@
 Every error a user can cause, and every problem found in a store, is an
 ``AgsError``. Callers catch at the level they care about (``AgsError`` for
 "print it and exit", ``RefConflict`` for "someone else moved the ref"), and
-the command line turns any ``AgsError`` into one line on stderr.
+the command line turns any ``AgsError`` into one line on stderr. The agent's
+own errors (model servers, the sandbox, the file tools, importers) hang from
+the same root in agent/errors.py::
+
+    AgsError
+    ├── InvalidInput               a value given to the store is not acceptable
+    │   ├── LimitExceeded          over a limit of the format (limits.py)
+    │   ├── InvalidName            a malformed ref name, session id or object id
+    │   └── BadExport              an export document that cannot be imported
+    ├── StoreFormatError           not a store, or a format this ags cannot read
+    │   ├── DamagedPack            a pack left alone (fsck names it)
+    │   └── DamagedIndex           a pack index that is rebuilt from its pack
+    ├── StoreMissing               no store at the path
+    ├── UnsafeStore                another user could change the store
+    ├── ObjectError                one object
+    │   ├── ObjectMissing
+    │   └── CorruptObject
+    ├── SpecError                  a spec that does not name exactly one thing
+    │   ├── UnknownSpec
+    │   └── AmbiguousSpec
+    ├── RefConflict                a compare-and-swap lost
+    ├── SessionBusy                another process writes the session
+    ├── SessionArchived
+    └── SearchIndexError           the search index cannot be used
+        └── SearchIndexBusy
+
+Two classes here are not ``AgsError``: ``StoreWarning`` (damage ags worked
+around, issued with ``warnings.warn``) and ``NestingTooDeep``, a ``ValueError``
+like any other JSON that cannot be read, which each reader turns into its own
+error (a corrupt object, a bad export, a bad reply from a model).
 """
 
 from __future__ import annotations
@@ -28,6 +57,10 @@ class LimitExceeded(InvalidInput):
 
 class InvalidName(InvalidInput):
     """A ref name, session id or object id that is malformed or tries to leave the store."""
+
+
+class BadExport(InvalidInput):
+    """An export document that cannot be imported; the message names the bad place."""
 
 
 class StoreFormatError(AgsError):
@@ -124,3 +157,19 @@ class SessionArchived(AgsError):
             f"session {session} is archived; unarchive it before resuming or appending"
         )
         self.session = session
+
+
+class SearchIndexError(AgsError):
+    """The search index file cannot be used (for instance, its directory is read-only)."""
+
+
+class SearchIndexBusy(SearchIndexError):
+    """Another process held the search index for longer than the busy timeout."""
+
+
+class NestingTooDeep(ValueError):
+    """JSON text nests containers deeper than allowed (a ValueError, like any bad JSON)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"nested deeper than {limit} levels, the limit")
+        self.limit = limit

@@ -23,37 +23,40 @@ import stat
 import time
 from calendar import timegm
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, Any, Final
 
 from . import canonical, objects
-from .errors import AgsError, InvalidInput, ObjectError, RefConflict, SessionArchived
+from .errors import (
+    AgsError,
+    BadExport,
+    InvalidInput,
+    NestingTooDeep,
+    ObjectError,
+    RefConflict,
+    SessionArchived,
+)
 from .limits import (
     DOCUMENT_DEPTH,
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     MAX_OBJECT_BYTES,
-    NestingTooDeep,
     parse_json,
 )
 from .nodes import Node, parse_node
 from .reach import node_links
-from .refs import RefRecord, now_iso
-from .resolve import session_ref
+from .refs import now_iso, session_ref
 from .store import META_FIELDS, Store, new_session_id
+from .walk import walk
 
 EXPORT_FORMAT: Final = "ags-export"
 EXPORT_VERSION: Final = 1
 READ_CHUNK: Final = 1 << 20
 TIME_FIELDS: Final = ("created", "updated", "archived_at")  # session times import checks
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
-
-
-class BadExport(InvalidInput):
-    """An export document that cannot be imported; the message names the bad place."""
 
 
 @cache
@@ -64,7 +67,7 @@ def export_schema() -> dict[str, Any]:
 
 def export_session(store: Store, spec: str) -> dict[str, Any]:
     """The export document of what ``spec`` names: a session (at its head) or a node."""
-    target = store.lookup(spec)
+    target = store.target(spec)
     session = None
     if target.session is not None:
         info = store.session(target.session)
@@ -107,7 +110,7 @@ def _objects_from(store: Store, head: str | None) -> Any:
         if nid in seen:
             continue
         seen.add(nid)
-        node_kind, node_body = store.objects.get(nid)
+        node_kind, node_body = store.raw_object(nid)
         yield {"id": nid, "kind": node_kind, "body": canonical.loads(node_body)}
         later: list[str] = []
         for link in node_links(store.node(nid)):
@@ -115,7 +118,7 @@ def _objects_from(store: Store, head: str | None) -> Any:
                 continue
             if link.kind == "blob":
                 seen.add(link.target)
-                kind, body = store.objects.get(link.target)
+                kind, body = store.raw_object(link.target)
                 yield {"id": link.target, "kind": kind, "body": canonical.loads(body)}
             elif link.field == "parent":
                 later.insert(0, link.target)  # popped last: the chain reads newest first
@@ -285,18 +288,19 @@ def import_document(
         sid = None
     else:
         _check_existing(store, sid, head, nodes)
-    existing = sid is not None and store.refs.read(session_ref(sid)) is not None
-    # Moving an existing session: no writer may append to it until the ref is written.
-    with store.writing(sid) if existing else nullcontext(), store.batch():
+    with store.batch():
         for oid, (kind, body) in by_id.items():
-            if store.objects.put(kind, body) != oid:  # cannot happen: checked above
+            if store.put_raw(kind, body) != oid:  # cannot happen: checked above
                 raise BadExport(f"object {oid} changed while it was imported")
         if sid is None:
             sid = new_session_id()
             meta.setdefault("created", now_iso())
             meta.setdefault("updated", meta["created"])
             meta.setdefault("messages", nodes[head].messages if head else 0)
-        action = _write_ref(store, sid, head, meta, nodes)
+        try:
+            action = store.fast_forward(sid, head, meta, "import")
+        except RefConflict:
+            raise RefConflict(f"session {sid} moved while it was being imported") from None
     return ImportResult(sid, head, len(by_id), action)
 
 
@@ -318,7 +322,7 @@ def _time_text(ms: int) -> str:
 
 def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, Node]) -> None:
     """Refuse, before anything is written, an import that could only conflict."""
-    rec = store.refs.read(session_ref(sid))
+    rec = store.read_ref(session_ref(sid))
     if rec is None or rec.target == head:
         return
     if rec.body.get("meta", {}).get("archived_at"):
@@ -331,35 +335,5 @@ def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, N
 
 
 def _descends(nodes: dict[str, Node], head: str | None, ancestor: str | None) -> bool:
-    if ancestor is None:
-        return True
-    at = head
-    while at is not None:
-        if at == ancestor:
-            return True
-        at = nodes[at].parent if at in nodes else None
-    return False
-
-
-def _write_ref(
-    store: Store, sid: str, head: str | None, meta: dict[str, Any], nodes: dict[str, Node]
-) -> str:
-    outcome = "created"
-
-    def change(current: RefRecord | None) -> dict[str, Any]:
-        nonlocal outcome
-        if current is None:
-            full = {name: meta.get(name) for name in META_FIELDS}
-            return {"target": head, "meta": full}
-        if current.target == head:
-            outcome = "unchanged"
-            return current.body
-        if not _descends(nodes, head, current.target):
-            raise RefConflict(f"session {sid} moved while it was being imported")
-        outcome = "fast-forward"
-        count = nodes[head].messages if head else 0
-        moved_meta = {**current.body.get("meta", {}), "messages": count, "updated": now_iso()}
-        return {**current.body, "target": head, "meta": moved_meta}
-
-    store.refs.transact(session_ref(sid), "import", change)
-    return outcome
+    """Whether ``ancestor`` is on the chain of ``head`` (None is on every chain)."""
+    return ancestor is None or any(node.id == ancestor for node in walk(head, nodes.get))

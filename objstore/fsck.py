@@ -9,7 +9,6 @@ can read are a warning.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,9 +17,9 @@ from .errors import AgsError, ObjectError
 from .nodes import Node, parse_node
 from .permissions import access_report
 from .reach import node_links
-from .reflog import read_reflog, unreadable_lines
-from .refs import SESSION_ID_RE
+from .refs import names_node, ref_kind, session_of
 from .store import Store, session_info
+from .walk import walk
 
 Progress = Callable[[int, int], None]
 
@@ -58,18 +57,15 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
             f"{len(loose)} files or directories of the store can be read by other users "
             f"({shown}): chmod -R go-rwx {store.path}"
         )
-    problems += [Problem(name, why) for name, why in store.objects.damaged_packs().items()]
-    for pack in store.objects.sealed_packs():
-        problems += [Problem(pack.path.name, p) for p in pack.index_problems()]
-        problems += [Problem(pack.path.name, p) for p in pack.record_problems()]
+    problems += [Problem(name, why) for name, why in store.pack_problems()]
     kinds: dict[str, str] = {}  # id -> kind, for every object that verifies
     nodes: dict[str, Node] = {}
-    ids = sorted(set(store.objects.ids()))
+    ids = store.object_ids()
     for i, oid in enumerate(ids):
         if progress and i % 1000 == 0:
             progress(i, len(ids))
         try:
-            kind, body = store.objects.get(oid)
+            kind, body = store.raw_object(oid)
         except ObjectError as e:
             problems.append(Problem(oid, str(e).removeprefix(f"object {oid} ")))
             continue
@@ -96,14 +92,12 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
                 problems.append(Problem(oid, f"{link.field} names a {have}, not a {link.kind}"))
         problems += _span_problems(node, nodes)
 
-    refs = 0
-    for kind in ("sessions", "tags", "HEAD"):
-        for name in sorted(store.refs.names(kind)):
-            refs += 1
-            problems += _ref_problems(store, name, kinds, nodes)
-    for name in sorted(store.refs.log_names()):
+    ref_names = store.ref_names()
+    for name in ref_names:
+        problems += _ref_problems(store, name, kinds, nodes)
+    for name in store.reflog_names():
         problems += _reflog_problems(store, name, kinds, set(ids))
-    return FsckReport(len(ids), refs, problems, warnings)
+    return FsckReport(len(ids), len(ref_names), problems, warnings)
 
 
 def _reflog_problems(
@@ -112,21 +106,17 @@ def _reflog_problems(
     """A reflog's damaged lines and missing nodes, and a ref file that is gone
     although its reflog says the ref still points somewhere."""
     where = f"reflog {name}"
-    path = store.refs.log_path(name)
-    problems = [Problem(where, f"line {n} is damaged") for n in unreadable_lines(path)]
+    problems = [Problem(where, f"line {n} is damaged") for n in store.damaged_reflog_lines(name)]
     try:
-        current = store.refs.read(name)
+        missing_ref = store.read_ref(name) is None
     except AgsError:
-        current = None  # reported with the ref
-        gen = None
-    else:
-        gen = current.generation if current else None
-    entries = read_reflog(path, gen)
+        missing_ref = False  # there, but damaged: reported with the ref
+    entries = store.reflog_entries(name)
     for entry in entries:
         for value in (entry.old, entry.new):
-            if value and "/" not in value and value not in kinds and value not in ids:
+            if value and names_node(value) and value not in kinds and value not in ids:
                 problems.append(Problem(where, f"names missing node {value}"))
-    if entries and entries[-1].new is not None and not os.path.lexists(store.refs.path(name)):
+    if entries and entries[-1].new is not None and missing_ref:
         problems.append(
             Problem(
                 name,
@@ -142,12 +132,10 @@ def _span_problems(node: Node, nodes: dict[str, Node]) -> list[Problem]:
     if node.span is None:
         return []
     blobs: list[str] = []
-    at: Node | None = node
-    while at is not None and at.id != node.span.after:
-        if at.is_compaction or len(blobs) > len(node.span.messages):
+    for at in walk(node.id, nodes.get):
+        if at.id == node.span.after or at.is_compaction or len(blobs) > len(node.span.messages):
             break
         blobs.append(at.content)
-        at = nodes.get(at.parent) if at.parent else None
     if tuple(blobs[::-1]) != node.span.messages:
         return [Problem(node.id, "span does not match the messages before it")]
     return []
@@ -157,8 +145,8 @@ def _ref_problems(
     store: Store, name: str, kinds: dict[str, str], nodes: dict[str, Node]
 ) -> list[Problem]:
     try:
-        rec = store.refs.read(name)
-        if rec is not None and name.startswith("sessions/"):
+        rec = store.read_ref(name)
+        if rec is not None and ref_kind(name) == "sessions":
             session_info(rec)
     except AgsError as e:
         return [Problem(name, str(e))]
@@ -167,14 +155,13 @@ def _ref_problems(
     if not isinstance(rec.target, str):
         return [Problem(name, f"its target is {rec.target!r}")]
     target = rec.target
-    if name.startswith("HEAD/") and target.startswith("sessions/"):
+    if ref_kind(name) == "HEAD" and session_of(target) is not None:
         return []  # attached to a session, which may since have been deleted: not damage
     if target not in kinds:
         return [Problem(name, f"names missing node {target}")]
     if kinds[target] != "node":
         return [Problem(name, f"names a {kinds[target]}, not a node")]
-    kind, _, rest = name.partition("/")
-    if kind == "sessions" and SESSION_ID_RE.fullmatch(rest) and target in nodes:
+    if ref_kind(name) == "sessions" and target in nodes:  # a valid name: read_ref checked it
         count = rec.body.get("meta", {}).get("messages")
         if count != nodes[target].messages:
             return [Problem(name, f"says {count} messages, its head has {nodes[target].messages}")]

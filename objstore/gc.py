@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from .errors import InvalidInput, InvalidName, SessionBusy, StoreFormatError
+from .errors import InvalidInput, SessionBusy, StoreFormatError
 from .object_store import MIN_GRACE
 from .reach import reachable
-from .refs import RefRecord, iso_time
-from .resolve import session_ref
+from .refs import iso_time, session_ref
 from .store import Store
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -54,9 +53,7 @@ def collect_garbage(
             f"the grace period must be at least {MIN_GRACE // 60} minutes: "
             "a writer running beside gc relies on it"
         )
-    for kind in ("sessions", "tags", "HEAD"):  # a damaged ref stops gc before any change
-        for name in store.refs.names(kind):
-            _read_ref(store, name)
+    roots(store)  # a damaged ref stops gc before it changes anything
     now = time.time()
     to_drop = []
     if archived_older_than is not None:
@@ -75,23 +72,20 @@ def collect_garbage(
     else:
         for sid in to_drop:
             try:
-                store.delete(sid)
+                store.purge(sid)
             except SessionBusy:
                 skipped.append(sid)
                 continue
-            store.refs.delete_reflog(session_ref(sid))
             dropped.append(sid)
     gone = {session_ref(s) for s in dropped}
     if reflog_cutoff is not None:
-        for name in list(store.refs.log_names()):
-            if name not in gone:
-                expired += store.refs.expire_reflog(name, reflog_cutoff, dry_run=dry_run)
+        expired = store.expire_reflogs(reflog_cutoff, skip=gone, dry_run=dry_run)
 
     def mark() -> set[str]:
-        roots = root_nodes(store, skip_refs=gone, reflog_cutoff=reflog_cutoff)
+        found = roots(store, skip=gone, reflog_cutoff=reflog_cutoff)
         if progress:
             progress("mark", 0, 1)
-        found = reachable(roots, store.node)
+        found = reachable(found, store.node)
         if progress:
             progress("mark", 1, 1)
         return found
@@ -100,7 +94,7 @@ def collect_garbage(
         if progress:
             progress("sweep", done, total)
 
-    swept = store.objects.sweep(now - grace, mark, dry_run=dry_run, progress=sweep_progress)
+    swept = store.sweep(now - grace, mark, dry_run=dry_run, progress=sweep_progress)
     return GcReport(
         dry_run,
         dropped,
@@ -113,40 +107,15 @@ def collect_garbage(
     )
 
 
-def _read_ref(store: Store, name: str) -> RefRecord | None:
-    """A ref as gc needs it: None for a stray file that is no ref name (fsck names
-    it); a damaged ref stops gc, since what it reaches is unknown and sweeping
-    could lose it."""
+def roots(
+    store: Store, *, skip: Collection[str] = (), reflog_cutoff: str | None = None
+) -> set[str]:
+    """``Store.roots``, with a damaged ref named as what stops gc: what it reaches is
+    unknown, and sweeping could lose it."""
     try:
-        return store.refs.read(name)
-    except InvalidName:
-        return None
+        return store.roots(skip=skip, reflog_cutoff=reflog_cutoff)
     except StoreFormatError as e:
         raise StoreFormatError(
             f"gc stopped before changing anything: {e}; repair or remove it first "
             "(ags fsck lists the damage)"
         ) from None
-
-
-def root_nodes(
-    store: Store, *, skip_refs: Collection[str] = (), reflog_cutoff: str | None = None
-) -> set[str]:
-    """The node ids every ref and every unexpired reflog entry names."""
-    roots: set[str] = set()
-    for kind in ("sessions", "tags", "HEAD"):
-        for name in store.refs.names(kind):
-            if name in skip_refs:
-                continue
-            rec = _read_ref(store, name)
-            if rec is not None and isinstance(rec.target, str) and "/" not in rec.target:
-                roots.add(rec.target)
-    for name in store.refs.log_names():
-        if name in skip_refs:
-            continue
-        for entry in store.refs.reflog(name):
-            if reflog_cutoff is not None and entry.time < reflog_cutoff:
-                continue
-            for value in (entry.old, entry.new):
-                if value and "/" not in value:
-                    roots.add(value)
-    return roots

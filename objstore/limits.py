@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from .errors import NestingTooDeep
+
 MAX_DEPTH: Final = 100
 """Containers (objects and arrays) nested in one stored JSON value: ``"x"`` is 0,
 ``{}`` 1, ``{"a": [1]}`` 2. Chat messages nest about 6 deep; Ruby's JSON parser
@@ -40,14 +42,6 @@ MAX_INDEXED_CHARS: Final = 1024 * 1024
 """Characters of one message's text that search indexes (the start of it).
 Search's cost per hit (a snippet re-reads the text) is bounded by this, not by
 the largest message in the store."""
-
-
-class NestingTooDeep(ValueError):
-    """JSON text nests containers deeper than allowed (a ValueError, like any bad JSON)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"nested deeper than {limit} levels, the limit")
-        self.limit = limit
 
 
 def depth_exceeds(value: Any, limit: int) -> bool:

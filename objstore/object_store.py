@@ -44,9 +44,9 @@ from .errors import (
     StoreWarning,
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
-    RECORD_HEAD,
     OpenPack,
     PackWriter,
     Replay,
@@ -85,9 +85,15 @@ def _locked(path: str) -> bool:
 
 class ObjectStore:
     """Objects of one store. ``replay`` restores refs from the ref updates of a
-    pack left by a crash (see packs.py); ``locks/recovery`` serialises that
-    recovery with the first look of every new handle, so no handle reads a ref
-    while another is still restoring it."""
+    pack left by a crash (see packs.py).
+
+    Recovery happens in one place, ``recover``, which opening runs: it seals
+    the packs crashed writers left and rebuilds damaged indexes, holding
+    ``locks/recovery``, which serialises it with the first look of every new
+    handle, so no handle reads a ref while another is still restoring it.
+    Every later look (``refresh``, a lookup that misses) only reads: a crashed
+    pack is scanned like one being written, a damaged index is read around by
+    scanning its pack, and both are repaired by the next open."""
 
     def __init__(self, root: Path, tmp_dir: Path, replay: Replay, locks_dir: Path) -> None:
         self.root = root
@@ -102,17 +108,22 @@ class ObjectStore:
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
-        with self._recovery_lock:
-            self._refresh()
+        self.recover()
 
     # -- discovery -----------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Pick up packs written or sealed by other processes since the last look."""
+    def recover(self) -> None:
+        """Look at every pack and repair what crashes and damage left: seal the packs
+        of writers that died (replaying their ref updates), rebuild bad indexes."""
         with self._recovery_lock:
-            self._refresh()
+            self._refresh(recover=True)
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Pick up packs written or sealed by other processes since the last look.
+        Writes nothing."""
+        self._refresh(recover=False)
+
+    def _refresh(self, *, recover: bool) -> None:
         try:
             names = os.listdir(self.pack_dir)
         except FileNotFoundError:
@@ -129,24 +140,30 @@ class ObjectStore:
             if stem in self._sealed or stem in self._damaged:
                 continue
             try:
-                self._look_at(stem, f"{stem}.idx" in names)
+                self._look_at(stem, f"{stem}.idx" in names, recover)
             except DamagedPack as e:
                 # One bad pack must not stop the store: read the others, name this one.
                 self._damaged[stem] = str(e)
                 self._forget_open(stem)
                 warnings.warn(StoreWarning(f"{e}; it is left as it is (ags fsck)"), stacklevel=2)
 
-    def _look_at(self, stem: str, indexed: bool) -> None:
-        """Take in one pack: map a sealed one (rebuilding a damaged index), scan an
-        open one, recover one a crash left behind."""
+    def _look_at(self, stem: str, indexed: bool, recover: bool) -> None:
+        """Take in one pack: map a sealed one, scan an open one; with ``recover``,
+        rebuild a damaged index and recover a pack a crash left behind."""
         path = self.pack_dir / f"{stem}.pack"
         if indexed:
-            self._forget_open(stem)  # sealed by its writer, which synced it first
             try:
-                self._sealed[stem] = SealedPack(path)
+                sealed = SealedPack(path)
             except FileNotFoundError:  # merged away by a repack just now
-                pass
+                self._forget_open(stem)
+                return
             except DamagedIndex as e:
+                if not recover:  # read the pack itself until an open rebuilds the index
+                    if stem not in self._open:
+                        warnings.warn(StoreWarning(f"{e}: reading its pack instead"), stacklevel=3)
+                    self._scan_open(stem, path)
+                    return
+                self._forget_open(stem)
                 try:
                     rebuild_index(path, self._tmp_dir)
                 except FileNotFoundError:
@@ -156,20 +173,31 @@ class ObjectStore:
                     stacklevel=3,
                 )
                 self._sealed[stem] = SealedPack(path)
+                return
+            self._forget_open(stem)  # sealed by its writer, which synced it first
+            self._sealed[stem] = sealed
             return
+        pack = self._scan_open(stem, path)
+        if pack is None or not recover:
+            return
+        outcome = pack.try_recover(self._tmp_dir, self._replay)
+        if outcome == "busy":
+            return
+        self._forget_open(stem)  # recovered: fsynced by the recovery
+        if outcome == "sealed":
+            self._sealed[stem] = SealedPack(path)
+
+    def _scan_open(self, stem: str, path: Path) -> OpenPack | None:
+        """The pack without a (usable) index, scanned up to its current end."""
         pack = self._open.get(stem)
         if pack is None:
             try:
                 pack = self._open[stem] = OpenPack(path)
             except FileNotFoundError:
-                return
-        outcome = pack.try_recover(self._tmp_dir, self._replay)
-        if outcome == "busy":
+                return None
+        else:
             pack.refresh()
-            return
-        self._forget_open(stem)  # recovered: fsynced by the recovery
-        if outcome == "sealed":
-            self._sealed[stem] = SealedPack(path)
+        return pack
 
     def _forget_open(self, stem: str) -> None:
         pack = self._open.pop(stem, None)
@@ -177,10 +205,15 @@ class ObjectStore:
         if pack is not None:
             pack.close()
 
-    def damaged_packs(self) -> dict[str, str]:
-        """The packs this handle leaves alone (file name -> why), after a fresh look."""
+    def pack_problems(self) -> list[tuple[str, str]]:
+        """(pack file, what is wrong) for every pack this handle leaves alone and every
+        fault in a sealed pack's index or records, after a fresh look."""
         self.refresh()
-        return {f"{stem}.pack": why for stem, why in self._damaged.items()}
+        problems = [(f"{stem}.pack", why) for stem, why in self._damaged.items()]
+        for pack in self._sealed.values():
+            problems += [(pack.path.name, p) for p in pack.index_problems()]
+            problems += [(pack.path.name, p) for p in pack.record_problems()]
+        return problems
 
     # -- reading -------------------------------------------------------------
 

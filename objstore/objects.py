@@ -1,15 +1,10 @@
-"""Objects: their ids and their stored (encoded) form.
+"""Objects: their ids and their stored (encoded) form (docs/FORMAT.md 4).
 
 An object is a ``kind`` and a ``body`` of bytes. Its id is the BLAKE3-256 hex
 digest of ``kind + b"\\0" + body``: the uncompressed content, so compression,
-dictionaries or packs never change an id.
-
-The stored form, used byte for byte in loose files and in pack records, is one
-format byte followed by the payload:
-
-* ``0x01``: a zstd frame holding ``kind + b"\\0" + body``.
-
-Any other format byte is refused: a reader never guesses.
+dictionaries or packs never change an id. The stored form (one format byte,
+then the payload) is used byte for byte in loose files and pack records; a
+format byte this code does not know is refused: a reader never guesses.
 
 No body is bigger than ``limits.MAX_OBJECT_BYTES``: ``stored_form`` refuses to
 write one, and ``decode`` never decompresses more than that, whatever a
@@ -20,6 +15,7 @@ it asks for.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Final
 
 import blake3
@@ -38,8 +34,23 @@ ZSTD_LEVEL: Final = 3
 MAX_CONTENT_BYTES: Final = len("node") + 1 + MAX_OBJECT_BYTES
 _READ_CHUNK: Final = 1 << 20
 
-_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
+# zstandard's compressors and decompressors must not be used by two threads at
+# once (the interpreter crashes): each thread gets its own.
+_per_thread = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    made: zstandard.ZstdCompressor | None = getattr(_per_thread, "compressor", None)
+    if made is None:
+        made = _per_thread.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return made
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    made: zstandard.ZstdDecompressor | None = getattr(_per_thread, "decompressor", None)
+    if made is None:
+        made = _per_thread.decompressor = zstandard.ZstdDecompressor()
+    return made
 
 
 def check_id(object_id: str) -> str:
@@ -62,7 +73,7 @@ def stored_form(kind: str, body: bytes) -> bytes:
             f"({MAX_OBJECT_BYTES:,} bytes)",
             "too large",
         )
-    return _FORMAT_ZSTD_BYTE + _compressor.compress(kind.encode("ascii") + b"\0" + body)
+    return _FORMAT_ZSTD_BYTE + _compressor().compress(kind.encode("ascii") + b"\0" + body)
 
 
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
@@ -94,12 +105,12 @@ def _decompressed(oid: str, frame: memoryview) -> bytes:
                 oid, f"its zstd frame claims {size:,} bytes, over the limit of an object"
             )
         if size >= 0:  # the one-shot decompressor allocates what the header says
-            return _decompressor.decompress(frame)
+            return _decompressor().decompress(frame)
         # No size in the header (ags writes one, other writers may not): read in
         # chunks, so the limit, not the frame, decides what is allocated.
         chunks: list[bytes] = []
         total = 0
-        with _decompressor.stream_reader(frame, read_across_frames=False) as reader:
+        with _decompressor().stream_reader(frame, read_across_frames=False) as reader:
             while chunk := reader.read(_READ_CHUNK):
                 total += len(chunk)
                 if total > MAX_CONTENT_BYTES:

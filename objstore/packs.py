@@ -1,43 +1,23 @@
 """Packs: many objects in one append-only file, the index that finds them, and
 the journal of ref updates that lets one fsync make an append durable.
 
-A pack (``objects/pack/pack-<32 hex>.pack``) is an 8-byte header
-(``b"AGSPACK"`` and a version byte, 1) followed by records::
-
-    type (1 byte) | id (32 bytes) | length (u32, little endian) | payload
-
-* type 1, an object: ``id`` is the raw object id, the payload its stored form
-  (exactly what a loose object file holds, see objects.py).
-* type 2, a ref update: encoded like an object of kind ``ref`` (objects.py)
-  whose body is the canonical JSON
-  ``{"body": <new ref file body or null>, "log": <reflog line>, "ref": <name>}``;
-  ``id`` is that pseudo-object's id, a checksum. It is never indexed.
+The byte layouts are in docs/FORMAT.md (5.1 the pack and its records, 5.3
+the index) and encoded by pack_format.py; this module does the I/O.
 
 A pack is only ever appended to, by the one process that holds an ``flock``
 on it. An append writes its objects and its ref update, then one ``fsync``
 makes both durable; the ref file is then renamed into place without further
 syncs (refs.py). Should the machine lose power before the ref file reaches
-the disk, the ref update record in the pack is what restores it.
+the disk, the ref-update record in the pack is what restores it.
 
 A pack is *sealed* when its writer closes it: the writer syncs every ref file
-it updated, then writes an index (``pack-<32 hex>.idx``) with the
-atomic-replace protocol. An index means "sealed: nothing in this pack is
-needed to recover a ref". The index is derived data::
-
-    b"AGSIDX" | version (1 byte, 1) | 0x00 | pack length (u64) | count (u32)
-    fanout: 256 x u32, entry i = how many ids start with a byte <= i
-    count entries sorted by id: id (32 bytes) | offset (u64) | length (u32)
-    BLAKE3-256 of everything above (32 bytes)
-
-Only objects are indexed. A pack without an index is being written (its
-flock is held) or was left by a crash. Readers scan such a pack; whoever
-finds it unlocked recovers it: replays its ref updates (a no-op unless power
-was lost) and writes the index, leaving any torn tail unindexed.
-
-The header is fsynced before the pack is renamed into ``objects/pack/``, so a
-visible pack without one was left by a writer of an older ags that lost
-power before its first sync: if no record in it verifies, recovery deletes
-it. An index that is truncated or malformed is rebuilt from its pack.
+it updated, then writes the index with the atomic-replace protocol. An index
+means "sealed: nothing in this pack is needed to recover a ref", and is
+derived data: a damaged one is rebuilt from the pack. A pack without an index
+is being written (its flock is held) or was left by a crash; whoever finds it
+unlocked when opening the store recovers it (FORMAT.md 5.2): replays its ref
+updates (a no-op unless power was lost) and writes the index, leaving any
+torn tail unindexed.
 """
 
 from __future__ import annotations
@@ -46,7 +26,6 @@ import fcntl
 import mmap
 import os
 import secrets
-import struct
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -57,18 +36,24 @@ import blake3
 from . import canonical, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack
 from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
+from .pack_format import (
+    CHECKSUM_BYTES,
+    ENTRIES_AT,
+    IDX_ENTRY,
+    PACK_MAGIC,
+    RECORD_HEAD,
+    TYPE_OBJECT,
+    TYPE_REF,
+    Location,
+    Scan,
+    encode_index,
+    encode_record,
+    parse_index,
+    scan_buffer,
+)
 
-PACK_MAGIC: Final = b"AGSPACK\x01"
-IDX_MAGIC: Final = b"AGSIDX\x01\x00"
-RECORD_HEAD: Final = struct.Struct("<B32sI")
-IDX_HEAD: Final = struct.Struct("<8sQI")
-IDX_FANOUT: Final = struct.Struct("<256I")
-IDX_ENTRY: Final = struct.Struct("<32sQI")
-TYPE_OBJECT: Final = 1
-TYPE_REF: Final = 2
 MAX_PACK_BYTES: Final = 256 * 1024 * 1024
 
-Location = tuple[int, int]  # (offset of the payload, its length)
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
 
@@ -80,41 +65,9 @@ def new_pack_name() -> str:
 REF_KIND: Final = frozenset({"ref"})
 
 
-class Scan:
-    """What a scan of pack records found."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, Location] = {}
-        self.refs: list[tuple[bytes, Location]] = []  # (checksum, location), in pack order
-        self.end = 0
-
-
 def scan_records(fd: int, start: int, end: int) -> Scan:
-    """Read record headers in ``[start, end)`` of a file (see ``scan_buffer``)."""
+    """The records in ``[start, end)`` of a pack file (pack_format.scan_buffer)."""
     return scan_buffer(os.pread(fd, end - start, start) if end > start else b"", start)
-
-
-def scan_buffer(data: bytes | memoryview, base: int, size: int | None = None) -> Scan:
-    """Read the record headers in ``data[:size]``, which starts at pack offset ``base``.
-
-    Stops at the first record that does not fit (one being written, or a torn
-    one left by a crash) or whose type is unknown.
-    """
-    scan = Scan()
-    pos, head = 0, RECORD_HEAD.size
-    size = len(data) if size is None else size
-    while pos + head <= size:
-        rtype, raw, length = RECORD_HEAD.unpack_from(data, pos)
-        if pos + head + length > size or rtype not in (TYPE_OBJECT, TYPE_REF):
-            break
-        loc = (base + pos + head, length)
-        if rtype == TYPE_OBJECT:
-            scan.objects[raw.hex()] = loc
-        else:
-            scan.refs.append((raw, loc))
-        pos += head + length
-    scan.end = base + pos
-    return scan
 
 
 def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
@@ -176,8 +129,7 @@ class PackWriter:
         added: dict[str, Location] = {}
         offset = self.size
         for rtype, raw_id, payload in records:
-            parts.append(RECORD_HEAD.pack(rtype, raw_id, len(payload)))
-            parts.append(payload)
+            parts.append(encode_record(rtype, raw_id, payload))
             if rtype == TYPE_OBJECT:
                 added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
             offset += RECORD_HEAD.size + len(payload)
@@ -243,23 +195,7 @@ def _open_pack(path: Path) -> int:
 
 
 def write_index(pack_path: Path, tmp_dir: Path, index: dict[str, Location], size: int) -> None:
-    entries = sorted(index.items())
-    fanout = [0] * 256
-    for oid, _ in entries:
-        fanout[int(oid[:2], 16)] += 1
-    for i in range(1, 256):
-        fanout[i] += fanout[i - 1]
-    body = (
-        IDX_HEAD.pack(IDX_MAGIC, size, len(entries))
-        + IDX_FANOUT.pack(*fanout)
-        + b"".join(
-            IDX_ENTRY.pack(bytes.fromhex(oid), off, length) for oid, (off, length) in entries
-        )
-    )
-    atomic_write(tmp_dir, pack_path.with_suffix(".idx"), body + blake3.blake3(body).digest())
-
-
-ENTRIES_AT: Final = IDX_HEAD.size + IDX_FANOUT.size
+    atomic_write(tmp_dir, pack_path.with_suffix(".idx"), encode_index(index.items(), size))
 
 
 class SealedPack:
@@ -291,30 +227,18 @@ class SealedPack:
             # When its objects last became reachable from new writes: a pack is never
             # changed after sealing, and a recovered pack is sealed when recovered.
             self.sealed_at = max(pack_mtime, st.st_mtime)
-            if st.st_size < ENTRIES_AT + 32:
+            if st.st_size < ENTRIES_AT + CHECKSUM_BYTES:
                 self._data.close()
                 raise DamagedIndex(f"pack index {idx_path.name} is truncated")
             self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
         try:
-            self._check_index(st.st_size)
+            head = parse_index(self._map, f"pack index {idx_path.name}")
         except DamagedIndex:
             self.close()
             raise
-
-    def _check_index(self, size: int) -> None:
-        """The structure a lookup relies on (the checksum over all entries is fsck's)."""
-        name = self.path.with_suffix(".idx").name
-        magic, self.pack_size, self.count = IDX_HEAD.unpack_from(self._map, 0)
-        if magic != IDX_MAGIC:
-            raise DamagedIndex(f"pack index {name} has an unknown format")
-        if size != ENTRIES_AT + self.count * IDX_ENTRY.size + 32:
-            raise DamagedIndex(f"pack index {name} has the wrong length")
-        fanout = IDX_FANOUT.unpack_from(self._map, IDX_HEAD.size)
-        if fanout[-1] != self.count or list(fanout) != sorted(fanout):
-            raise DamagedIndex(f"pack index {name} has a damaged fanout table")
-        self._fanout = (0, *fanout)
+        self.pack_size, self.count, self._fanout = head
 
     def _entry_range(self, first_byte: int) -> tuple[int, int]:
         """Byte offsets in the index of the entries whose id starts with ``first_byte``."""

@@ -48,7 +48,7 @@ import blake3
 
 from . import canonical, files
 from .errors import InvalidName, RefConflict, StoreFormatError
-from .reflog import ReflogEntry, read_reflog
+from .reflog import ReflogEntry, read_reflog, unreadable_lines
 
 SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TAG_PART_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
@@ -108,6 +108,42 @@ def check_ref_name(name: str) -> str:
     return name
 
 
+REF_KINDS: Final = ("sessions", "tags", "HEAD")
+"""The kinds of ref, each a directory under ``refs/`` (FORMAT.md 6)."""
+
+
+def session_ref(sid: str) -> str:
+    return f"sessions/{sid}"
+
+
+def tag_ref(name: str) -> str:
+    return f"tags/{name}"
+
+
+def ref_kind(name: str) -> str:
+    """``sessions``, ``tags`` or ``HEAD``: the part of a ref name before its first ``/``."""
+    return name.partition("/")[0]
+
+
+def ref_short(name: str) -> str:
+    """What a ref name names within its kind: a session id, a tag name, a root key."""
+    return name.partition("/")[2]
+
+
+def session_of(value: str | None) -> str | None:
+    """The session id a ``sessions/<id>`` value names (a session ref's name, or an
+    attached HEAD's target); None for anything else."""
+    if value is not None and value.startswith("sessions/"):
+        return ref_short(value)
+    return None
+
+
+def names_node(target: str) -> bool:
+    """Whether a ref target is a node id: every target without a ``/`` is (an
+    attached HEAD names ``sessions/<id>`` instead)."""
+    return "/" not in target
+
+
 def head_ref_name(root: str) -> str:
     """The ref that holds HEAD for a project root (an absolute path)."""
     return "HEAD/" + blake3.blake3(root.encode("utf-8")).hexdigest()[:32]
@@ -164,6 +200,11 @@ class RefStore:
         except (ValueError, KeyError, TypeError):
             raise StoreFormatError(f"ref {name} is unreadable") from None
 
+    def all_names(self) -> Iterator[str]:
+        """Every ref name of every kind, unsorted."""
+        for kind in REF_KINDS:
+            yield from self.names(kind)
+
     def names(self, kind: str) -> Iterator[str]:
         """Every ref name of a kind (``sessions``, ``tags`` or ``HEAD``), unsorted."""
         base = self.root / kind
@@ -180,12 +221,20 @@ class RefStore:
                     yield name
 
     def reflog(self, name: str) -> list[ReflogEntry]:
-        """The effective reflog of a ref, oldest first (see reflog.py)."""
-        current = self.read(name)
+        """The effective reflog of a ref, oldest first (see reflog.py). A ref file that
+        cannot be read does not hide its log: every line is taken."""
+        try:
+            current = self.read(name)
+        except StoreFormatError:
+            current = None
         entries = read_reflog(self.log_path(name), current.generation if current else None)
         if self._staged is not None and name in self._staged:
             entries += self._staged[name].entries
         return entries
+
+    def damaged_log_lines(self, name: str) -> list[int]:
+        """The numbers of the whole reflog lines that do not parse (reflog.py)."""
+        return unreadable_lines(self.log_path(name))
 
     def log_names(self) -> Iterator[str]:
         """The name of every ref that has a reflog file, deleted refs included."""

@@ -11,14 +11,27 @@ import os
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from . import objects
 from .errors import AgsError, AmbiguousSpec, ObjectMissing, SpecError, UnknownSpec
 from .nodes import Node
 from .object_store import ObjectStore
-from .refs import SESSION_ID_RE, RefStore, check_session_id, check_tag_name, head_ref_name
+from .refs import (
+    SESSION_ID_RE,
+    RefStore,
+    check_session_id,
+    check_tag_name,
+    head_ref_name,
+    ref_kind,
+    ref_short,
+    session_of,
+    session_ref,
+    tag_ref,
+)
 from .specs import HEX_PREFIX, Spec, parse_spec
+from .walk import walk
 
 RootPath = str | os.PathLike[str] | None
 
@@ -36,10 +49,6 @@ def project_root(root: RootPath) -> str:
     return os.path.realpath(root if root is not None else os.getcwd())
 
 
-def session_ref(sid: str) -> str:
-    return f"sessions/{sid}"
-
-
 class Resolver:
     def __init__(self, refs: RefStore, objects: ObjectStore, node: Callable[[str], Node]) -> None:
         self._refs = refs
@@ -53,14 +62,13 @@ class Resolver:
             session, node = self._base(parsed, root)
         else:
             name = self.ref_name(parsed, root)
-            session = name.split("/", 1)[1] if name.startswith("sessions/") else None
+            session = session_of(name)
             node = self._reflog_value(name, parsed)
-        for step in range(parsed.back):
-            if node is None:
-                raise UnknownSpec(f"{spec}: history is only {step} nodes deep")
-            node = self._node(node).parent
-        if parsed.back and node is None:
-            raise UnknownSpec(f"{spec}: history is only {parsed.back - 1} nodes deep")
+        if parsed.back:
+            chain = list(islice(walk(node, self._node), parsed.back + 1))
+            if len(chain) <= parsed.back:
+                raise UnknownSpec(f"{spec}: history is only {len(chain)} nodes deep")
+            node = chain[-1].id
         return Target(node, session)
 
     def session_id(self, spec: str) -> str:
@@ -78,15 +86,15 @@ class Resolver:
         if base == "HEAD":
             return head_ref_name(self.head_root(root))
         if base.startswith("tags/"):
-            return f"tags/{check_tag_name(base[5:])}"
+            return tag_ref(check_tag_name(base[5:]))
         if base.startswith("sessions/") and SESSION_ID_RE.fullmatch(base[9:]):
             return base  # a full id: its reflog outlives a deleted session
         session, _node = self._base(parsed, root)
         if session is not None:
             return session_ref(session)
         with suppress(AgsError):
-            if self._refs.read(f"tags/{check_tag_name(base)}") is not None:
-                return f"tags/{base}"
+            if self._refs.read(tag_ref(check_tag_name(base))) is not None:
+                return tag_ref(base)
         raise SpecError(f"{parsed.text}: @{{N}} needs a session, tag or HEAD")
 
     def head_root(self, root: RootPath) -> str:
@@ -108,9 +116,9 @@ class Resolver:
             value = moves[-n].old  # the value the nth-last move moved away from
         else:
             raise UnknownSpec(f"{parsed.text}: {name} has moved only {len(moves)} times")
-        if name.startswith("HEAD/") and value and value.startswith("sessions/"):
-            rec = self._refs.read(value)
-            return rec.target if rec else None
+        sid = session_of(value)
+        if ref_kind(name) == "HEAD" and sid is not None:
+            return self._session_head(sid)
         return value
 
     def _base(self, parsed: Spec, root: RootPath) -> tuple[str | None, str | None]:
@@ -146,9 +154,9 @@ class Resolver:
         value = rec.target if rec else None
         if not value:
             raise UnknownSpec("HEAD changed while it was being read")
-        if not value.startswith("sessions/"):
+        sid = session_of(value)
+        if sid is None:
             return None, value
-        sid = value.split("/", 1)[1]
         if self._refs.read(value) is None:
             raise UnknownSpec(f"HEAD names session {sid}, which no longer exists")
         return sid, self._session_head(sid)
@@ -158,7 +166,7 @@ class Resolver:
         return rec.target if rec else None
 
     def _tag_target(self, name: str) -> str | None:
-        rec = self._refs.read(f"tags/{name}")
+        rec = self._refs.read(tag_ref(name))
         if rec is None:
             raise UnknownSpec(f"no tag {name}")
         return rec.target
@@ -168,11 +176,8 @@ class Resolver:
             return []
         if len(prefix) == 32:
             return [prefix] if self._refs.read(session_ref(prefix)) else []
-        return sorted(
-            name.split("/", 1)[1]
-            for name in self._refs.names("sessions")
-            if name.split("/", 1)[1].startswith(prefix)
-        )
+        ids = (ref_short(name) for name in self._refs.names("sessions"))
+        return sorted(sid for sid in ids if sid.startswith(prefix))
 
     def _session_by_prefix(self, prefix: str, text: str) -> str:
         if not HEX_PREFIX.fullmatch(prefix):

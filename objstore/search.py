@@ -46,10 +46,11 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import zstandard
 
-from .errors import AgsError, InvalidInput
+from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
 from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
 from .store import SessionInfo, Store
+from .walk import walk
 
 SCHEMA_VERSION: Final = 2  # 2: a message's text is indexed up to MAX_INDEXED_CHARS
 STAMP_SETTLE_S: Final = 2.0  # see SearchIndex._refs_stamp
@@ -106,14 +107,6 @@ class _Indexed(NamedTuple):
 Reach = list[tuple[int, int]]  # (segment, deepest depth reached), head's segment first
 
 
-class SearchIndexError(AgsError):
-    """The search index file cannot be used (for instance, its directory is read-only)."""
-
-
-class SearchIndexBusy(SearchIndexError):
-    """Another process held the search index for longer than the busy timeout."""
-
-
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     """A message (or compaction summary) that matches, in one session that reaches it.
@@ -156,7 +149,7 @@ class RefreshStats:
     failed: tuple[tuple[str, str], ...] = ()
 
 
-def message_text(message: Any) -> str:
+def searchable_text(message: Any) -> str:
     """The searchable text of a message: its content (a string, or the text of its
     parts), its reasoning, the names and arguments of its tool calls, and a tool
     result's tool name and content."""
@@ -179,7 +172,7 @@ def message_text(message: Any) -> str:
 def indexed_text(message: Any) -> str:
     """What the index keeps of a message: the start of its text, MAX_INDEXED_CHARS at
     most, so the cost of a hit (a snippet reads the text) has a bound."""
-    return message_text(message)[:MAX_INDEXED_CHARS]
+    return searchable_text(message)[:MAX_INDEXED_CHARS]
 
 
 def content_text(value: Any) -> str:
@@ -514,15 +507,13 @@ class SearchIndex:
         new: list[tuple[str, str, bool, str]] = []  # (node, blob, is summary, time), newest first
         texts: dict[str, tuple[str, str | None]] = {}  # blobs not yet indexed
         blob_rows: dict[str, int] = {}  # blobs indexed: their row
-        node_id: str | None = head
         anchor = None
-        while node_id is not None:
+        for node in walk(head, self.store.node):
             anchor = db.execute(
-                "SELECT seg, depth FROM nodes WHERE oid = ?", (bytes.fromhex(node_id),)
+                "SELECT seg, depth FROM nodes WHERE oid = ?", (bytes.fromhex(node.id),)
             ).fetchone()
             if anchor is not None:
                 break
-            node = self.store.node(node_id)
             blob = node.content
             if blob not in texts and blob not in blob_rows:
                 row = db.execute("SELECT id FROM blobs WHERE oid = ?", (bytes.fromhex(blob),))
@@ -536,7 +527,6 @@ class SearchIndex:
                     texts[blob] = (text, role if isinstance(role, str) else None)
             time = node.meta.get("time")
             new.append((node.id, blob, node.is_compaction, time if isinstance(time, str) else ""))
-            node_id = node.parent
         if not new:
             assert anchor is not None
             return self._reach(*anchor)

@@ -18,6 +18,7 @@ from .errors import ObjectError, StoreWarning
 from .nodes import Node
 from .reach import node_links, reachable
 from .store import SessionInfo, Store
+from .walk import walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,8 @@ class SessionUsage:
 
 
 def store_usage(store: Store) -> StoreUsage:
-    sizes = store.objects.stored_sizes()
-    unique = {oid: store.objects.body_size(oid) for oid in sizes}
+    sizes = store.object_sizes()
+    unique = {oid: store.body_size(oid) for oid in sizes}
     disk = 0
     for dirpath, _dirs, files in os.walk(store.path):
         for name in files:
@@ -72,7 +73,7 @@ def store_usage(store: Store) -> StoreUsage:
                 StoreWarning(f"session {s.id}: {e}; its logical size is left out (ags fsck)"),
                 stacklevel=2,
             )
-    packs = len(store.objects.sealed_packs())
+    packs = store.pack_count()
     return StoreUsage(
         str(store.path),
         disk,
@@ -95,12 +96,12 @@ def _logical_bytes(
     and its message, and each new state, along the chain. ``memo`` carries the
     total per node across sessions, so forks cost only their own nodes."""
     chain: list[Node] = []
-    at = head
-    while at is not None and at not in memo:
-        node = store.node(at)
+    total, state = 0, None
+    for node in walk(head, store.node):
+        if node.id in memo:
+            total, state = memo[node.id]
+            break
         chain.append(node)
-        at = node.parent
-    total, state = memo[at] if at is not None else (0, None)
     for node in reversed(chain):
         total += unique.get(node.id, 0) + unique.get(node.content, 0)
         if node.state is not None and node.state != state:
@@ -119,7 +120,7 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
             others_roots.add(other.head)
     others_roots |= set(store.tags().values())
     others = reachable(others_roots, store.node)
-    sizes = store.objects.stored_sizes()
+    sizes = store.object_sizes()
     roles: dict[str, int] = {}
     nodes = compactions = 0
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -137,7 +138,7 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
             for key in usage:
                 value = node_usage.get(key)
                 usage[key] += value if isinstance(value, int) else 0
-    state_usage = store.state(info.id).get("usage") if info.head else None
+    state_usage = store.state_at(info.id).get("usage") if info.head else None
     if isinstance(state_usage, dict):  # the agent's running total includes summary calls
         usage = {k: int(state_usage.get(k, 0) or 0) for k in usage}
     stored = sum(sizes.get(o, 0) for o in mine)

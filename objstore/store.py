@@ -8,7 +8,15 @@ This is the public API other tools build on::
     store.context(sid)                         # what the model sees
     fork = store.fork(f"{sid}~1")              # O(1), copies nothing
 
-A store handle belongs to one thread. The first append to a session takes
+Names: a method that takes ``spec`` resolves what a user typed (a session id
+or prefix, ``HEAD``, a tag, ``~N``, ``@{N}``): ``target(spec)`` gives the node
+and the session, ``node_id(spec)`` only the node, ``session_id(spec)`` only the
+session; ``context``, ``log``, ``state_at``, ``walk`` read history there.
+``node(node_id)`` and ``blob(blob_id)`` read one object by its id.
+
+A handle may be shared between threads: its operations take turns (turns.py),
+a batch has the handle to itself until it ends, and what one thread appends
+is durable when its call returns, as from one thread. The first append to a session takes
 the session's writer lock, and the handle keeps it until ``release`` or
 ``close``; ``with store.writing(sid):`` holds it for a block instead. A
 handle dropped without ``close`` is closed when it is collected (its pack
@@ -17,13 +25,14 @@ sealed, its locks released), not when the process exits.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import secrets
 import warnings
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,19 +55,27 @@ from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_OBJECT_BYTES
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
-from .object_store import ObjectStore
+from .object_store import ObjectStore, SweepResult
 from .permissions import check_store_access, shared_allowed
+from .reflog import ReflogEntry
 from .refs import (
     SESSION_ID_RE,
     Body,
     RefRecord,
     RefStore,
+    check_session_id,
     check_tag_name,
     head_ref_name,
+    names_node,
     now_iso,
+    ref_short,
+    session_ref,
+    tag_ref,
 )
-from .resolve import Resolver, RootPath, Target, project_root, session_ref
+from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
+from .turns import Turns, one_at_a_time
+from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
 FORMAT_VERSION: Final = 1
@@ -106,14 +123,6 @@ class LogEntry:
         return self.node.id
 
 
-@dataclass(frozen=True, slots=True)
-class ReflogLine:
-    old: str | None
-    new: str | None
-    time: str
-    reason: str
-
-
 def new_session_id() -> str:
     # Random, not time-ordered: a short prefix must tell sessions apart, as with Git's hashes.
     return secrets.token_hex(16)
@@ -147,7 +156,7 @@ def session_info(rec: RefRecord) -> SessionInfo:
     if rec.target is not None and not isinstance(rec.target, str):
         raise StoreFormatError(f"ref {rec.name} is damaged: its target is {rec.target!r}")
     return SessionInfo(
-        id=rec.name.split("/", 1)[1],
+        id=ref_short(rec.name),
         title=meta.get("title"),
         created=meta.get("created", ""),
         updated=meta.get("updated", ""),
@@ -182,6 +191,17 @@ def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
             "too large",
         )
     return body
+
+
+def _checked_bodies(
+    content: dict[str, Any], what: str, state: dict[str, Any] | None, meta: dict[str, Any] | None
+) -> tuple[bytes, bytes | None]:
+    """The canonical bytes of a new node's message (or summary) and state, all three
+    values checked against the limits before anything is written."""
+    content_body = _json_body(content, what)
+    state_body = _json_body(state, "state") if state is not None else None
+    _json_body(meta, "meta", META_DEPTH)
+    return content_body, state_body
 
 
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
@@ -231,6 +251,7 @@ class Store:
     """A store on local disk. Open with ``Store.open``; close when done (or use ``with``)."""
 
     def __init__(self, path: Path) -> None:
+        self._turns = Turns()
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
@@ -381,7 +402,7 @@ class Store:
         hide the others."""
         rows = []
         for name in self.refs.names("sessions"):
-            if not SESSION_ID_RE.fullmatch(name.split("/", 1)[1]):
+            if not SESSION_ID_RE.fullmatch(ref_short(name)):
                 continue
             try:
                 rec = self.refs.read(name)
@@ -450,13 +471,8 @@ class Store:
         return sid, tip
 
     def _tip_at(self, head: Node | None) -> _Tip:
-        """Walk back to the last span or compaction (fewer than SPAN_EVERY nodes)."""
-        pending: list[str] = []
-        node = head
-        while node is not None and not node.is_compaction and node.span is None:
-            pending.append(node.content)
-            node = self.node(node.parent) if node.parent else None
-        return _Tip(head, node.id if node else None, pending[::-1])
+        since, pending = open_span(head.id if head else None, self.node)
+        return _Tip(head, since, pending)
 
     def append(
         self,
@@ -472,9 +488,7 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
-        message_body = _json_body(message, "message")
-        state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta", META_DEPTH)
+        message_body, state_body = _checked_bodies(message, "message", state, meta)
         sid, tip = self._writable(session)
         parent = tip.head
         message_id = self.objects.put("blob", message_body)
@@ -514,14 +528,12 @@ class Store:
             raise InvalidInput("a summary must be a string or a JSON object")
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
-        summary_body = _json_body(summary, "summary")
-        state_body = _json_body(state, "state") if state is not None else None
-        _json_body(meta, "meta", META_DEPTH)
+        summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
         sid, tip = self._writable(session)
         parent = tip.head
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
-        kept = self._last_messages(parent, keep)
+        kept = last_message_nodes(parent.id, self.node, keep)
         summary_id = self.objects.put("blob", summary_body)
         state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
         node = self._add_node(
@@ -563,52 +575,27 @@ class Store:
 
     # -- reading history ---------------------------------------------------------
 
-    def _context_blobs(self, head: Node) -> list[str]:
-        """The message blobs of the context at ``head``, oldest first: the last
-        compaction's summary and kept messages, then the messages after it. Spans
-        let the walk skip SPAN_EVERY nodes at a time."""
-        newest_first: list[str] = []
-        node: Node | None = head
-        while node is not None and not node.is_compaction:
-            if node.span is not None:
-                newest_first += reversed(node.span.messages)
-                after = node.span.after
-            else:
-                newest_first.append(node.content)
-                after = node.parent
-            node = self.node(after) if after else None
-        front = [] if node is None else [node.content, *(self.node(k).content for k in node.kept)]
-        return front + newest_first[::-1]
-
-    def _last_messages(self, head: Node, k: int) -> list[str]:
-        """The ids of the last ``k`` message nodes in the context at ``head``, oldest first."""
-        newest_first: list[str] = []
-        node: Node | None = head
-        while node is not None and not node.is_compaction and len(newest_first) < k:
-            newest_first.append(node.id)
-            node = self.node(node.parent) if node.parent else None
-        missing = k - len(newest_first)
-        earlier = list(node.kept[-missing:]) if node is not None and missing > 0 else []
-        return earlier + newest_first[::-1]
-
     def context(self, spec: str) -> list[dict[str, Any]]:
         """The active context at ``spec``: what a model resuming there sees. O(context)."""
-        node_id = self.lookup(spec).node
+        node_id = self.target(spec).node
         if node_id is None:
             return []
-        return [self.blob(blob_id) for blob_id in self._context_blobs(self.node(node_id))]
+        return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
+
+    def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
+        """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip
+        by spans, for readers of messages). None, or an empty session, walks nothing."""
+        start = self.target(spec).node if spec is not None else None
+        return walk(start, self.node, spans=spans)
 
     def log(self, spec: str) -> Iterator[LogEntry]:
         """The whole transcript at ``spec``, newest first, compaction nodes included."""
-        node_id = self.lookup(spec).node
-        while node_id is not None:
-            node = self.node(node_id)
+        for node in walk(self.target(spec).node, self.node):
             yield LogEntry(node, self.blob(node.content))
-            node_id = node.parent
 
-    def state(self, spec: str) -> dict[str, Any]:
+    def state_at(self, spec: str) -> dict[str, Any]:
         """The agent state in force at ``spec`` ({} if none was ever stored)."""
-        node_id = self.lookup(spec).node
+        node_id = self.target(spec).node
         if node_id is None:
             return {}
         state_id = self.node(node_id).state
@@ -620,7 +607,7 @@ class Store:
     def fork(self, spec: str, title: str | None = None) -> str:
         """A new session whose head is the node ``spec`` names. O(1): copies no message."""
         _check_title(title)
-        target = self.lookup(spec)
+        target = self.target(spec)
         source = self.session(target.session) if target.session else None
         if target.node is None:
             count = 0
@@ -721,7 +708,7 @@ class Store:
         The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
         """
         sid, tip = self._writable(session)
-        node_id = self.resolve(spec)
+        node_id = self.node_id(spec)
         if not self._in_history(sid, node_id):
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
@@ -744,18 +731,18 @@ class Store:
         heads |= {rec.target} if rec and rec.target else set()
         seen: set[str] = set()
         for head in heads:
-            nid: str | None = head
-            while nid is not None and nid not in seen:
-                if nid == node_id:
+            for node in walk(head, self.node):
+                if node.id == node_id:
                     return True
-                seen.add(nid)
-                nid = self.node(nid).parent
+                if node.id in seen:
+                    break
+                seen.add(node.id)
         return False
 
     def tag(self, name: str, spec: str, force: bool = False) -> str:
         """Name the node ``spec`` names; return the node id. Refuses to move a tag unless forced."""
         check_tag_name(name)
-        node_id = self.resolve(spec)
+        node_id = self.node_id(spec)
 
         def change(current: RefRecord | None) -> Body:
             if current is not None and current.target != node_id and not force:
@@ -764,7 +751,7 @@ class Store:
                 return current.body
             return {"target": node_id}
 
-        self.refs.transact(f"tags/{name}", f"tag {spec}", change)
+        self.refs.transact(tag_ref(name), f"tag {spec}", change)
         return node_id
 
     def tags(self) -> dict[str, str]:
@@ -777,7 +764,7 @@ class Store:
                 warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
                 continue
             if rec is not None and isinstance(rec.target, str):
-                out[ref.split("/", 1)[1]] = rec.target
+                out[ref_short(ref)] = rec.target
         return dict(sorted(out.items()))
 
     def delete_tag(self, name: str) -> None:
@@ -788,12 +775,12 @@ class Store:
                 raise UnknownSpec(f"no tag {name}")
             return None
 
-        self.refs.transact(f"tags/{name}", "delete", change)
+        self.refs.transact(tag_ref(name), "delete", change)
 
-    def reflog(self, spec: str) -> list[ReflogLine]:
+    def reflog(self, spec: str) -> list[ReflogEntry]:
         """The reflog of the ref ``spec`` names, newest first."""
         name = self._resolver.ref_name(parse_spec(spec))
-        return [ReflogLine(e.old, e.new, e.time, e.reason) for e in self.refs.reflog(name)][::-1]
+        return self.refs.reflog(name)[::-1]
 
     # -- HEAD ------------------------------------------------------------------
 
@@ -804,7 +791,7 @@ class Store:
         ``root`` defaults to the project whose HEAD the current directory is
         in, else the current directory itself.
         """
-        target = self.lookup(spec, root=root)
+        target = self.target(spec, root=root)
         if parse_spec(spec).is_plain and target.session is not None:
             value = session_ref(target.session)
         elif target.node is not None:
@@ -829,19 +816,21 @@ class Store:
     def head(self, root: RootPath = None) -> Target | None:
         """What HEAD names for ``root`` (default: the current directory), or None."""
         try:
-            return self.lookup("HEAD", root=root)
+            return self.target("HEAD", root=root)
         except UnknownSpec:
             return None
 
     # -- resolving specs -------------------------------------------------------
 
-    def lookup(self, spec: str, root: RootPath = None) -> Target:
-        """Resolve a spec to a node and the session it was reached through (resolve.py)."""
+    def target(self, spec: str, root: RootPath = None) -> Target:
+        """What ``spec`` names: a node (None for an empty session) and the session it
+        was reached through, if any (resolve.py). The one resolution of a spec;
+        ``node_id`` and ``session_id`` narrow it."""
         return self._resolver.lookup(spec, root)
 
-    def resolve(self, spec: str) -> str:
+    def node_id(self, spec: str) -> str:
         """The node id ``spec`` names (a session with no messages yet is an error)."""
-        node = self.lookup(spec).node
+        node = self.target(spec).node
         if node is None:
             raise UnknownSpec(f"{spec} names a session with no messages yet")
         return node
@@ -849,6 +838,147 @@ class Store:
     def session_id(self, spec: str) -> str:
         """The id of the session ``spec`` names (a full or prefix id, sessions/..., HEAD)."""
         return self._resolver.session_id(spec)
+
+    # -- what gc, fsck, export and sizes build on --------------------------------
+    #
+    # The modules built on a Store use these and nothing below them: refs by
+    # name, the roots that keep objects alive, raw objects, the packs' health.
+
+    def ref_names(self) -> list[str]:
+        """Every ref name (sessions, tags, HEADs), sorted; files under ``refs/`` that
+        are no ref name included (reading one is InvalidName: fsck names it)."""
+        return sorted(self.refs.all_names())
+
+    def read_ref(self, name: str) -> RefRecord | None:
+        """A ref as stored, or None if there is none (StoreFormatError if it cannot
+        be read, InvalidName if ``name`` is no ref name)."""
+        return self.refs.read(name)
+
+    def reflog_names(self) -> list[str]:
+        """Every ref with a reflog file, deleted refs included, sorted."""
+        return sorted(self.refs.log_names())
+
+    def reflog_entries(self, name: str) -> list[ReflogEntry]:
+        """The effective reflog of the ref ``name``, oldest first (FORMAT.md 7)."""
+        return self.refs.reflog(name)
+
+    def damaged_reflog_lines(self, name: str) -> list[int]:
+        """Line numbers of whole reflog lines that do not parse: damage, not a crash."""
+        return self.refs.damaged_log_lines(name)
+
+    def roots(self, *, skip: Collection[str] = (), reflog_cutoff: str | None = None) -> set[str]:
+        """The node ids every ref, and every reflog entry not older than
+        ``reflog_cutoff``, names: what keeps objects alive. Refs in ``skip`` and
+        files that are no ref name are left out; a ref that cannot be read raises
+        StoreFormatError (what it reaches is unknown)."""
+        found: set[str] = set()
+        for name in self.refs.all_names():
+            if name in skip:
+                continue
+            try:
+                rec = self.refs.read(name)
+            except InvalidName:
+                continue
+            if rec is not None and isinstance(rec.target, str) and names_node(rec.target):
+                found.add(rec.target)
+        for name in self.refs.log_names():
+            if name in skip:
+                continue
+            for entry in self.refs.reflog(name):
+                if reflog_cutoff is None or entry.time >= reflog_cutoff:
+                    found.update(v for v in (entry.old, entry.new) if v and names_node(v))
+        return found
+
+    def expire_reflogs(
+        self, cutoff: str, *, skip: Collection[str] = (), dry_run: bool = False
+    ) -> int:
+        """Drop every reflog entry older than ``cutoff`` (a time); return how many."""
+        return sum(
+            self.refs.expire_reflog(name, cutoff, dry_run=dry_run)
+            for name in list(self.refs.log_names())
+            if name not in skip
+        )
+
+    def purge(self, session: str) -> None:
+        """Delete a session and its reflog: gone for good, not undoable (gc's retention)."""
+        with self.writing(session) as sid:
+            self.refs.transact(session_ref(sid), "delete", lambda cur: None)
+            self.refs.delete_reflog(session_ref(sid))
+
+    def fast_forward(
+        self, session_id: str, head: str | None, meta: dict[str, Any], reason: str
+    ) -> str:
+        """Point a session at ``head``: create it with ``meta`` if it does not exist,
+        move it forward if ``head`` descends from where it is (its objects written
+        already, by this handle or another). Returns ``"created"``, ``"unchanged"``
+        or ``"fast-forward"``; RefConflict if its history has diverged."""
+        check_session_id(session_id)
+        outcome = "created"
+        exists = self.refs.read(session_ref(session_id)) is not None
+
+        def change(current: RefRecord | None) -> Body:
+            nonlocal outcome
+            if current is None:
+                return {"target": head, "meta": {name: meta.get(name) for name in META_FIELDS}}
+            if current.target == head:
+                outcome = "unchanged"
+                return current.body
+            if current.target is not None and not any(
+                node.id == current.target for node in walk(head, self.node)
+            ):
+                raise RefConflict(f"session {session_id} has moved to another history")
+            outcome = "fast-forward"
+            count = self.node(head).messages if head else 0
+            return _with_meta(current, messages=count, updated=now_iso()) | {"target": head}
+
+        # Moving a session's history takes its writer lock, as an append does.
+        with self.writing(session_id) if exists else nullcontext():
+            self.refs.transact(session_ref(session_id), reason, change)
+        return outcome
+
+    def raw_object(self, object_id: str) -> tuple[str, bytes]:
+        """``(kind, body)`` of any object, verified against its id."""
+        return self.objects.get(object_id)
+
+    def put_raw(self, kind: str, body: bytes) -> str:
+        """Store an object of ``kind`` whose body is already canonical; return its id.
+        In a batch it is synced at the end, otherwise with the next append."""
+        return self.objects.put(kind, body)
+
+    def object_ids(self) -> list[str]:
+        """Every object id in the store, sorted, each once."""
+        return sorted(set(self.objects.ids()))
+
+    def object_sizes(self) -> dict[str, int]:
+        """Every object and the bytes its stored (compressed) form takes."""
+        return self.objects.stored_sizes()
+
+    def body_size(self, object_id: str) -> int:
+        """An object's uncompressed body size (0 if it cannot be read)."""
+        return self.objects.body_size(object_id)
+
+    def pack_count(self) -> int:
+        return len(self.objects.sealed_packs())
+
+    def pack_problems(self) -> list[tuple[str, str]]:
+        """(pack file, what is wrong) for every damaged pack, index or record."""
+        return self.objects.pack_problems()
+
+    def sweep(
+        self,
+        older_than: float,
+        mark: Callable[[], set[str]],
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> SweepResult:
+        """Drop what ``mark()`` does not keep from the packs and loose objects older
+        than ``older_than`` (see ``ObjectStore.sweep`` for why a writer loses nothing)."""
+        return self.objects.sweep(older_than, mark, dry_run=dry_run, progress=progress)
+
+    def repack(self) -> int:
+        """Merge packs if there are too many; return how many were merged."""
+        return self.objects.repack()
 
     # -- batches ---------------------------------------------------------------
 
@@ -861,6 +991,10 @@ class Store:
         unreferenced, for gc). A ref that another process changed meanwhile
         raises RefConflict at the end.
         """
+        with self._turns:  # a batch has the handle to itself: other threads wait
+            yield from self._batched()
+
+    def _batched(self) -> Iterator[Store]:
         if self._batch_depth:
             self._batch_depth += 1
             try:
@@ -882,6 +1016,12 @@ class Store:
             self._batch_depth = 0
             for sid in set(self._tips) - set(self._writers):
                 del self._tips[sid]  # remembered only under a writer lock
+
+
+# Every public operation takes its turn (turns.py); ``batch`` takes it for its block.
+for _name, _member in list(vars(Store).items()):
+    if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
+        setattr(Store, _name, one_at_a_time(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})

@@ -16,7 +16,7 @@ def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
     with Store.open(path) as s:
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": text})
-        blob = s.node(s.resolve(sid)).content
+        blob = s.node(s.node_id(sid)).content
         _, stored = objects.encode("blob", s.objects.get(blob)[1])
     pack = next((path / "objects" / "pack").glob("*.pack"))
     data = bytearray(pack.read_bytes())

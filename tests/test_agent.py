@@ -145,7 +145,7 @@ def test_multi_turn_session_with_tools_that_change_the_project(tmp_path, server,
     assert [m["role"] for m in last[1:]] == roles[:-1]
     assert all(m["role"] != "system" for m in messages(tmp_path / "store", sid))
     with Store.open(tmp_path / "store") as s:
-        state = s.state(sid)
+        state = s.state_at(sid)
         assert state["tool_calls"] == {"write_file": 1, "shell": 1}
         assert state["usage"]["prompt_tokens"] > 0 and state["usage"]["completion_tokens"] > 0
         assert s.session(sid).root == str(project)
@@ -397,7 +397,7 @@ def test_an_id_compacted_away_is_still_not_reused(tmp_path, project, agent_on):
         assert "call_0_0" not in context_call_ids(store.context(agent.sid))
         server.add({"tool_calls": [reused]}, {"text": "still one file"})
         agent.turn("and now?")
-        resumed = Agent(store, None, agent.client, agent.toolbox, base=store.resolve(agent.sid),
+        resumed = Agent(store, None, agent.client, agent.toolbox, base=store.node_id(agent.sid),
                         create=lambda: store.fork(agent.sid))  # fmt: skip
         ids = [c["id"] for e in store.log(agent.sid) for c in e.message.get("tool_calls", [])]
     assert ids[1] == "call_0_0" and ids[0] != "call_0_0"  # newest first
@@ -528,7 +528,7 @@ def test_automatic_compaction_then_resume(tmp_path, server, image, project):
         assert all(f"question {t}: " in "".join(users) for t in range(compacted_at + 1))
         assert context[0]["content"].startswith("Summary of the conversation so far")
         assert context[1]["content"].startswith(f"question {compacted_at}")
-        state = s.state(sid)
+        state = s.state_at(sid)
     # The summary call's tokens count too.
     total_completion = sum(e.node.meta.get("usage", {}).get("completion_tokens", 0) for e in log)
     assert state["usage"]["completion_tokens"] == total_completion
@@ -830,7 +830,7 @@ def test_the_servers_counts_calibrate_the_context_size(tmp_path, project, agent_
         agent.turn(digits)
         assert agent.context_tokens() >= 3300 + 2
         assert agent.tokens.chars_per_token < 2.5  # calibrated on the count
-        assert store.state(agent.sid)["usage"]["chars_per_token"] < 2.5  # and kept for resume
+        assert store.state_at(agent.sid)["usage"]["chars_per_token"] < 2.5  # and kept for resume
         server.add({"text": "summary of the digits"}, {"text": "ok"})
         agent.turn("and now?")  # over 80% of 4,000 by the count: compacted first
         log = list(store.log(agent.sid))

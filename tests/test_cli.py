@@ -52,7 +52,7 @@ def build_world(path: Path) -> World:
             s.append(a, {"role": "assistant", "content": f"answer {i}"})
         s.compact(a, "we discussed eight questions about zebras", keep=2)
         s.append(a, {"role": "user", "content": "after the summary"})
-        fork_point = s.resolve(f"{a}~4")
+        fork_point = s.node_id(f"{a}~4")
         b = s.fork(f"{a}~4", title="beta")
         s.append(b, {"role": "user", "content": "a different direction: giraffes"})
         s.append(b, {"role": "assistant", "content": "giraffes it is"})
@@ -264,7 +264,7 @@ def test_checkout_and_status_per_project(world, tmp_path):
 def test_rewind_and_undo_with_the_reflog(world):
     with Store.open(world.path) as s:
         head = s.session(world.a).head
-        back = s.resolve(f"{world.a}~2")
+        back = s.node_id(f"{world.a}~2")
     assert ags(world, "rewind", world.a, f"{world.a}~2")[0] == 0
     with Store.open(world.path) as s:
         assert s.session(world.a).head == back
@@ -429,7 +429,7 @@ def test_fsck_finds_a_missing_link(tmp_path):
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": "one"})
         s.append(sid, {"role": "user", "content": "two"})
-        first = s.resolve(f"{sid}~1")
+        first = s.node_id(f"{sid}~1")
     # Rebuild the store without the first node: the second names a missing parent.
     with Store.open(path) as s:
         keep = {o for o in s.objects.ids() if o != first}
@@ -447,7 +447,7 @@ def age_store(path: Path, seconds: float) -> None:
 
 def test_gc_drops_old_archived_sessions_and_sweeps_what_nothing_reaches(world):
     with Store.open(world.path) as s:
-        c_objects = {s.resolve(world.c), s.node(s.resolve(world.c)).content}
+        c_objects = {s.node_id(world.c), s.node(s.node_id(world.c)).content}
     age_store(world.path, 7200)
     dry = json.loads(ags(world, "gc", "--archived-older-than", "0", "--dry-run", "--json")[1])
     assert dry["sessions_dropped"] == [world.c] and dry["objects_swept"] == 2
@@ -472,7 +472,7 @@ def test_gc_keeps_young_objects_and_what_reflogs_reach(world):
     # Old, but the deleted session's reflog still reaches its objects.
     assert json.loads(ags(world, "gc", "--json")[1])["objects_swept"] == 0
     with Store.open(world.path) as s:
-        assert s.lookup(f"sessions/{world.b}@{{1}}").node  # recoverable
+        assert s.target(f"sessions/{world.b}@{{1}}").node  # recoverable
     report = json.loads(ags(world, "gc", "--reflog-older-than", "0", "--json")[1])
     assert report["reflog_entries_expired"] > 0 and report["objects_swept"] == 4
     assert ags(world, "fsck")[0] == 0
@@ -535,7 +535,7 @@ def test_log_shows_the_start_of_a_huge_message_and_show_all_of_it(tmp_path):
         sid = s.new_session()
         text = "start " + "word " * LOG_TEXT_CHARS + "the end"
         s.append(sid, {"role": "user", "content": text})
-        node = s.resolve(sid)
+        node = s.node_id(sid)
     world = World(tmp_path / "s", sid, sid, sid, node)
     code, out, _ = ags(world, "log", sid)
     assert code == 0 and "start word" in out and "the end" not in out

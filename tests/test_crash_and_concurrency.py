@@ -500,7 +500,7 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
         assert check_transcript(store, sid) == acked
         check_reflog_chain(store, sid, acked[-1], APPENDS)
         assert [line.new for line in store.reflog(sid)] == acked[::-1]
-        assert store.resolve(f"{sid}@{{1}}") == acked[-2]
+        assert store.node_id(f"{sid}@{{1}}") == acked[-2]
         verify_every_object(store)
     body = ref_body(path, sid)
     assert body["generation"] == APPENDS + 1
@@ -592,7 +592,7 @@ def test_writers_on_different_sessions_run_at_once(tmp_path: Path, spawn: Spawn)
         for w, sid in enumerate(sids):
             contents = [m["content"] for m in store.context(sid)]
             assert contents == ["shared prompt"] + [f"w{w}-{i}" for i in range(count - 1)]
-            assert store.state(sid) == {"i": count - 2}
+            assert store.state_at(sid) == {"i": count - 2}
             check_reflog_chain(store, sid, store.session(sid).head, count)
         assert verify_every_object(store) >= writers * (2 * count - 1)
 
@@ -639,7 +639,7 @@ while True:
                 assert i == info.messages
                 context = store.context(info.head)
                 assert (context[0] if head.is_compaction else context[-1]) == entries[-1].message
-                assert store.state(info.head)["step"] == i - 1
+                assert store.state_at(info.head)["step"] == i - 1
             assert info.messages >= seen, (info.messages, seen)
             seen = info.messages
             counts.add(seen)

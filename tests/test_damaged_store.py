@@ -21,7 +21,7 @@ from cli.main import cli
 from objstore import Store, StoreFormatError, StoreWarning
 from objstore.fsck import check_store
 from objstore.gc import collect_garbage
-from objstore.packs import PACK_MAGIC, RECORD_HEAD
+from objstore.pack_format import PACK_MAGIC, RECORD_HEAD
 
 
 def ags(path: Path, *args: str) -> tuple[int, str, str]:

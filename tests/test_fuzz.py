@@ -267,7 +267,7 @@ def test_any_spec_resolves_or_is_a_clear_error(spec_store: Path, text: str):
     with contextlib.suppress(AgsError):
         parse_spec(text)
     with Store.open(spec_store) as s:
-        for lookup in (s.lookup, s.resolve, s.session_id, s.reflog, s.context):
+        for lookup in (s.target, s.node_id, s.session_id, s.reflog, s.context):
             with contextlib.suppress(AgsError):
                 lookup(text)
 

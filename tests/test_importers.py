@@ -104,7 +104,7 @@ def test_claude_code_session_maps_to_common_messages(tmp_path: Path, claude: Pat
         # The progress record off the message path rides with the next message.
         assert msgs[2]["source"]["extra"][0]["type"] == "progress"
         assert "extra" not in msgs[1]["source"]
-        node = s.node(s.resolve(f"{web.id}~4"))
+        node = s.node(s.node_id(f"{web.id}~4"))
         assert node.meta["usage"] == {"prompt_tokens": 12010, "completion_tokens": 95}
         assert node.meta["model"] == "claude-opus-4-5-20251101"
         assert node.meta["time"] == "2025-11-20T09:00:03.200Z"

@@ -279,7 +279,7 @@ def test_a_damaged_frame_header_in_a_pack_is_named_by_log_and_fsck(tmp_path):
     with Store.open(path) as s:
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": "hello"})
-        blob = s.node(s.resolve(sid)).content
+        blob = s.node(s.node_id(sid)).content
         _, stored = objects.encode("blob", s.objects.get(blob)[1])
     pack = next((path / "objects" / "pack").glob("*.pack"))
     data = bytearray(pack.read_bytes())

@@ -34,7 +34,7 @@ from fs_recorder import DiskState, PowerCut
 
 from objstore import Store, UnknownSpec
 from objstore.fsck import check_store
-from objstore.packs import PACK_MAGIC
+from objstore.pack_format import PACK_MAGIC
 
 HERE = Path(__file__).parent
 VARIANTS = ("none", "all", "some", "some", "all-zeros")
@@ -64,7 +64,7 @@ for i in range(20):
 nid = s.compact(a, "summary of a", keep=2)
 rec.mark("append", a, nid, None)
 fork = s.fork(f"{a}~3")
-rec.mark("fork", fork, s.resolve(fork))
+rec.mark("fork", fork, s.node_id(fork))
 append(s, fork, "forked 1")
 s.set_title(a, "renamed")
 rec.mark("title", a, "renamed")

@@ -27,7 +27,7 @@ from objstore.search import (
     SearchIndex,
     SearchIndexBusy,
     fts_query,
-    message_text,
+    searchable_text,
 )
 
 EVERYTHING = 10**6  # a limit no test reaches
@@ -150,11 +150,11 @@ def test_indexes_tool_calls_tool_results_and_content_parts(
     assert index.search("cormorant") == []  # image data is not text
 
 
-def test_message_text_takes_only_text() -> None:
-    assert message_text({"role": "user", "content": "hi", "tool_call_id": "call_9"}) == "hi"
-    assert message_text({"content": "a\x00b\x02c\x03d"}) == "a b c d"
-    assert message_text(["not", {"a": "message"}]) == "not"
-    assert message_text(None) == ""
+def test_searchable_text_takes_only_text() -> None:
+    assert searchable_text({"role": "user", "content": "hi", "tool_call_id": "call_9"}) == "hi"
+    assert searchable_text({"content": "a\x00b\x02c\x03d"}) == "a b c d"
+    assert searchable_text(["not", {"a": "message"}]) == "not"
+    assert searchable_text(None) == ""
 
 
 def test_snippet_shows_the_match_and_where_it_is(store: Store, index: SearchIndex) -> None:
@@ -598,4 +598,4 @@ def test_a_quiet_store_is_refreshed_with_one_stat_and_a_change_is_still_seen(
         assert index.refresh().sessions == 1
         assert found(index, "first")
     store.append(sid, user("second words"))  # renames the ref: the stamp moves
-    assert {n for _s, n in found(index, "second")} == {store.resolve(sid)}
+    assert {n for _s, n in found(index, "second")} == {store.node_id(sid)}

@@ -89,7 +89,7 @@ def test_messages_and_state_come_back_exactly(tmp_path_factory, batch, state):
     with Store.open(path) as s:  # a new handle reads from disk, not from a cache
         assert s.context(sid) == batch
         assert [e.message for e in s.log(sid)] == batch[::-1]
-        assert s.state(sid) == {"v": state}
+        assert s.state_at(sid) == {"v": state}
 
 
 def test_odd_unicode_round_trips(store):
@@ -118,8 +118,8 @@ def test_unchanged_state_is_not_rewritten(store):
     before = message_objects(store)
     store.append(sid, {"role": "user", "content": "2"})  # no state: the old one stays
     assert len(message_objects(store) - before) == 2  # message blob + node
-    assert store.state(sid) == {"n": 1}
-    assert store.node(store.resolve(sid)).state == store.node(store.resolve(sid + "~1")).state
+    assert store.state_at(sid) == {"n": 1}
+    assert store.node(store.node_id(sid)).state == store.node(store.node_id(sid + "~1")).state
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ def test_fork_shares_history_and_adds_no_message_object(store):
     assert store.context(fork) == [{"role": "user", "content": f"m{i}"} for i in range(15)]
     info = store.session(fork)
     assert info.messages == 15
-    assert info.forked_from == {"session": sid, "node": store.resolve(f"{sid}~5")}
+    assert info.forked_from == {"session": sid, "node": store.node_id(f"{sid}~5")}
     store.append(fork, {"role": "user", "content": "branch"})
     store.append(sid, {"role": "user", "content": "trunk"})
     assert store.context(fork)[-1]["content"] == "branch"
@@ -252,31 +252,31 @@ def test_compacting_an_empty_session_is_refused(store):
 def test_specs(store, tmp_path):
     sid = store.new_session()
     ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(5)]
-    assert store.resolve(sid) == ids[-1]
-    assert store.resolve(f"sessions/{sid}") == ids[-1]
-    assert store.resolve(f"sessions/{sid[:8]}~2") == ids[2]
-    assert store.resolve(f"{sid[:8]}~~") == ids[2]
-    assert store.resolve(ids[1][:12]) == ids[1]
-    assert store.resolve(ids[1]) == ids[1]
-    assert store.resolve(f"{sid}@{{1}}") == ids[3]
-    assert store.resolve(f"{sid}@{{2}}~1") == ids[1]
+    assert store.node_id(sid) == ids[-1]
+    assert store.node_id(f"sessions/{sid}") == ids[-1]
+    assert store.node_id(f"sessions/{sid[:8]}~2") == ids[2]
+    assert store.node_id(f"{sid[:8]}~~") == ids[2]
+    assert store.node_id(ids[1][:12]) == ids[1]
+    assert store.node_id(ids[1]) == ids[1]
+    assert store.node_id(f"{sid}@{{1}}") == ids[3]
+    assert store.node_id(f"{sid}@{{2}}~1") == ids[1]
     store.tag("t/one", ids[0])
-    assert store.resolve("tags/t/one") == ids[0]
-    assert store.resolve("t/one") == ids[0]
+    assert store.node_id("tags/t/one") == ids[0]
+    assert store.node_id("t/one") == ids[0]
     store.checkout(sid, root=tmp_path)
-    assert store.lookup("HEAD", root=tmp_path).session == sid
+    assert store.target("HEAD", root=tmp_path).session == sid
     sub = tmp_path / "sub"
     sub.mkdir()
-    assert store.lookup("HEAD~1", root=sub).node == ids[3]  # found from a subdirectory
+    assert store.target("HEAD~1", root=sub).node == ids[3]  # found from a subdirectory
     store.checkout(f"{sid}~2", root=tmp_path)
-    assert store.lookup("HEAD", root=tmp_path) == store.lookup(ids[2])
-    assert store.lookup("HEAD@{1}", root=tmp_path).node == ids[-1]
+    assert store.target("HEAD", root=tmp_path) == store.target(ids[2])
+    assert store.target("HEAD@{1}", root=tmp_path).node == ids[-1]
     with pytest.raises(UnknownSpec):
-        store.resolve(f"{sid}~9")
+        store.node_id(f"{sid}~9")
     with pytest.raises(UnknownSpec):
-        store.resolve("nosuchtag")
+        store.node_id("nosuchtag")
     with pytest.raises(SpecError):
-        store.resolve(f"{sid}~1@{{1}}")
+        store.node_id(f"{sid}~1@{{1}}")
 
 
 def test_ambiguous_prefix_lists_candidates(store):
@@ -295,7 +295,7 @@ def test_ambiguous_prefix_lists_candidates(store):
     assert shared
     first, second = shared[0]
     with pytest.raises(AmbiguousSpec) as err:
-        store.resolve(first[:4])
+        store.node_id(first[:4])
     assert f"node {first}" in err.value.candidates
     assert f"node {second}" in err.value.candidates
     assert first in str(err.value)
@@ -305,10 +305,10 @@ def test_rewind_and_undo_through_the_reflog(store):
     sid = store.new_session()
     ids = [store.append(sid, {"role": "user", "content": str(i)}) for i in range(6)]
     store.rewind(sid, f"{sid}~3")
-    assert store.resolve(sid) == ids[2]
+    assert store.node_id(sid) == ids[2]
     assert store.session(sid).messages == 3
     store.rewind(sid, f"{sid}@{{1}}")
-    assert store.resolve(sid) == ids[5]
+    assert store.node_id(sid) == ids[5]
     assert [line.reason for line in store.reflog(sid)][:2] == [
         f"rewind to {sid}@{{1}}",
         f"rewind to {sid}~3",
@@ -357,7 +357,7 @@ def test_tags_do_not_move_unless_forced(store):
         store.tag("v1", n2)
     store.tag("v1", n2, force=True)
     assert store.tags() == {"v1": n2}
-    assert store.resolve("v1@{1}") == n1  # a forced move is in the tag's reflog
+    assert store.node_id("v1@{1}") == n1  # a forced move is in the tag's reflog
     store.delete_tag("v1")
     assert store.tags() == {}
     with pytest.raises(UnknownSpec):
@@ -420,7 +420,7 @@ def test_hostile_tag_names_are_refused(store, tmp_path, name):
 )
 def test_hostile_specs_are_refused(store, spec):
     with pytest.raises((InvalidName, SpecError, UnknownSpec)):
-        store.resolve(spec)
+        store.node_id(spec)
 
 
 @pytest.mark.parametrize("oid", ["../" + "0" * 61, "0" * 63, "A" * 64, "0" * 63 + "\0", "/" * 64])
@@ -493,9 +493,9 @@ def test_checkout_attaches_to_sessions_and_detaches_at_nodes(store, tmp_path, mo
     store.checkout(sid[:6], root=tmp_path)
     assert store.head(root=tmp_path).session == sid
     store.append(sid, {"role": "user", "content": "3"})
-    assert store.head(root=tmp_path).node == store.resolve(sid)  # attached: follows the session
+    assert store.head(root=tmp_path).node == store.node_id(sid)  # attached: follows the session
     store.checkout(f"{sid}~2", root=tmp_path)
-    assert store.head(root=tmp_path) == store.lookup(ids[1])  # detached: no session
+    assert store.head(root=tmp_path) == store.target(ids[1])  # detached: no session
     assert store.head(root=tmp_path).session is None
     store.tag("here", ids[0])
     store.checkout("here", root=tmp_path)
@@ -588,7 +588,7 @@ def test_context_with_spans_matches_the_definition(tmp_path, monkeypatch, seed):
         assert s.context(sid) == naive_context(s, head)
         for back in range(1, 6):
             try:
-                node = s.resolve(f"{sid}~{back}")
+                node = s.node_id(f"{sid}~{back}")
             except UnknownSpec:
                 break
             assert s.context(node) == naive_context(s, node)

@@ -27,7 +27,7 @@ from cli.main import cli
 from cli.output import visible
 from objstore import Store
 from objstore.exchange import export_session
-from objstore.resolve import session_ref
+from objstore.refs import session_ref
 
 AGS = str(Path(sys.executable).with_name("ags"))
 
@@ -89,7 +89,7 @@ def build(tmp_path: Path) -> Hostile:
         s.tag("hostile-tag", a)
         # A reflog reason the API would never write, as a damaged or foreign store may hold.
         s.refs.transact(
-            session_ref(b), HOSTILE, lambda cur: {**cur.body, "target": s.resolve(f"{b}~1")}
+            session_ref(b), HOSTILE, lambda cur: {**cur.body, "target": s.node_id(f"{b}~1")}
         )
         s.checkout(a)
         doc = export_session(s, b)

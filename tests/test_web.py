@@ -179,7 +179,7 @@ def test_rename_persists_and_fork_at_a_message(
     with Store.open(store) as s:
         info = s.session(new)
         assert info.title == "From the start" and info.messages == 1
-        assert info.forked_from == {"session": demo.fork, "node": s.resolve(f"{demo.main}~7")}
+        assert info.forked_from == {"session": demo.fork, "node": s.node_id(f"{demo.main}~7")}
     shot(page, tmp_path, "forked")
     assert not page.problems
 

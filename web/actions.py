@@ -72,7 +72,7 @@ def tag(request: Request) -> Response:
     form, sid = _form(request), _session_id(request)
     name = form.get("name", "").strip()
     with store(request) as handle:
-        node = _node(form) if form.get("node") else handle.resolve(sid)
+        node = _node(form) if form.get("node") else handle.node_id(sid)
         handle.tag(name, node, force=form.get("force") == "1")
     return _back(sid, f"tagged {name}")
 

@@ -26,10 +26,18 @@ from agent.transcript import (
     transcript_entries,
 )
 from agent.transcript import render as render_transcript
-from objstore import InvalidInput, LogEntry, SessionInfo, Store, UnknownSpec
-from objstore.diff import diff_sessions
-from objstore.exchange import encode_document, export_session
-from objstore.search import SearchHit, SearchIndex
+from objstore import (
+    InvalidInput,
+    LogEntry,
+    SearchHit,
+    SearchIndex,
+    SessionInfo,
+    Store,
+    UnknownSpec,
+    diff_sessions,
+    encode_document,
+    export_session,
+)
 
 from .graph import family, fork_graph_svg
 from .site import NODE_RE, SESSION_RE, render, store
@@ -275,7 +283,7 @@ def diff_page(request: Request) -> Response:
         base = LogEntry(handle.node(diff.base), None) if diff.base else None
         names = {}
         for spec in (a, b):
-            target = handle.lookup(spec)
+            target = handle.target(spec)
             names[spec] = handle.session(target.session) if target.session else None
     sides = [
         Markup(entries_html(shown_entries(d[::-1], {x.id for x in d}), "", True, None))

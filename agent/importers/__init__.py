@@ -16,9 +16,10 @@ from typing import Any
 
 from objstore import AgsError, Store
 
+from ..errors import SourceError
 from . import claude_code, codex, gemini
 from .records import TOOL_NAMES, ImportRow, find_files, stat_of
-from .session_writer import Claims, SourceError, unchanged_by_stat, write_source
+from .session_writer import Claims, unchanged_by_stat, write_source
 
 __all__ = ["TOOL_NAMES", "ImportRow", "default_paths", "import_sessions"]
 

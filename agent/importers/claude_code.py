@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from ..errors import SourceError
 from .records import (
     Entry,
     LineReader,
@@ -34,7 +35,6 @@ from .records import (
     text_of,
     torn_problem,
 )
-from .session_writer import SourceError
 from .transcript_builder import TranscriptBuilder, call
 
 TOOL: Final = "claude-code"

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from ..errors import SourceError
 from .records import (
     ags_time,
     clean,
@@ -31,7 +32,6 @@ from .records import (
     text_of,
     torn_problem,
 )
-from .session_writer import SourceError
 from .transcript_builder import TranscriptBuilder, call
 
 TOOL: Final = "gemini"

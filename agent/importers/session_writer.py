@@ -33,17 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from objstore import AgsError, InvalidInput, LimitExceeded, SessionInfo, Store
+from objstore import InvalidInput, LimitExceeded, SessionInfo, Store
 
 from .records import ImportRow, Item, chain_digest
 from .transcript_builder import TranscriptBuilder
 
 IMPORTER_VERSION: Final = 1
 MAX_TITLE: Final = 200
-
-
-class SourceError(AgsError):
-    """A source file that cannot be imported at all (unreadable, not the tool's format)."""
 
 
 class Source(Protocol):
@@ -171,7 +167,7 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
         if plan.action == "append" and plan.session:
             count = store.session(plan.session).messages
         elif plan.action == "fork" and plan.spec:
-            count = store.node(store.resolve(plan.spec)).messages
+            count = store.node(store.node_id(plan.spec)).messages
         for _ in src.feed(builder, plan.start, len(keys), digests):
             count += sum(1 for item in builder.take() if not item.compaction)
         builder.close()

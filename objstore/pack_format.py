@@ -1,0 +1,123 @@
+"""The byte layouts of a pack and of its index, as pure functions on bytes.
+
+FORMAT.md 5.1 (records) and 5.3 (the index) are the contract; this module
+encodes and decodes exactly that and touches no file: packs.py does the I/O
+(appending, syncing, mapping, recovering), so every layout can be tested
+byte for byte against the documentation.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+import blake3
+
+from .errors import DamagedIndex
+
+PACK_MAGIC: Final = b"AGSPACK\x01"
+IDX_MAGIC: Final = b"AGSIDX\x01\x00"
+RECORD_HEAD: Final = struct.Struct("<B32sI")  # type | id | payload length
+IDX_HEAD: Final = struct.Struct("<8sQI")  # magic and version | pack length | count
+IDX_FANOUT: Final = struct.Struct("<256I")
+IDX_ENTRY: Final = struct.Struct("<32sQI")  # id | payload offset | payload length
+ENTRIES_AT: Final = IDX_HEAD.size + IDX_FANOUT.size
+CHECKSUM_BYTES: Final = 32
+TYPE_OBJECT: Final = 1
+TYPE_REF: Final = 2
+
+Location = tuple[int, int]  # (offset of the payload in the pack, its length)
+
+
+class Record(NamedTuple):
+    type: int
+    raw_id: bytes  # the object id, or a ref update's checksum (32 bytes)
+    location: Location
+
+
+def encode_record(rtype: int, raw_id: bytes, payload: bytes) -> bytes:
+    """One record: ``type | id | length (u32 LE) | payload`` (5.1)."""
+    return RECORD_HEAD.pack(rtype, raw_id, len(payload)) + payload
+
+
+def iter_records(data: bytes | memoryview, base: int = 0) -> Iterator[Record]:
+    """The records in ``data``, which starts at pack offset ``base``, in order.
+
+    Stops before the first record that does not fit in ``data`` (one being
+    written, or a torn one left by a crash) or whose type is unknown: the
+    offset after the last record yielded is where readable records end.
+    """
+    pos, head, size = 0, RECORD_HEAD.size, len(data)
+    while pos + head <= size:
+        rtype, raw, length = RECORD_HEAD.unpack_from(data, pos)
+        if pos + head + length > size or rtype not in (TYPE_OBJECT, TYPE_REF):
+            return
+        yield Record(rtype, raw, (base + pos + head, length))
+        pos += head + length
+
+
+@dataclass(slots=True)
+class Scan:
+    """What a scan of pack records found: objects by id, ref updates in pack order,
+    and the offset where readable records end."""
+
+    objects: dict[str, Location] = field(default_factory=dict)
+    refs: list[tuple[bytes, Location]] = field(default_factory=list)
+    end: int = 0
+
+
+def scan_buffer(data: bytes | memoryview, base: int) -> Scan:
+    """Every record of ``data`` (see ``iter_records``), sorted by type."""
+    scan = Scan(end=base)
+    for record in iter_records(data, base):
+        if record.type == TYPE_OBJECT:
+            scan.objects[record.raw_id.hex()] = record.location
+        else:
+            scan.refs.append((record.raw_id, record.location))
+        scan.end = record.location[0] + record.location[1]
+    return scan
+
+
+def encode_index(entries: Iterable[tuple[str, Location]], pack_length: int) -> bytes:
+    """The index (5.3) of the objects ``entries`` (id -> where its payload is) of a
+    pack whose good part is ``pack_length`` bytes long."""
+    ordered = sorted(entries)
+    fanout = [0] * 256
+    for oid, _ in ordered:
+        fanout[int(oid[:2], 16)] += 1
+    for i in range(1, 256):
+        fanout[i] += fanout[i - 1]
+    body = b"".join(
+        [
+            IDX_HEAD.pack(IDX_MAGIC, pack_length, len(ordered)),
+            IDX_FANOUT.pack(*fanout),
+            *(IDX_ENTRY.pack(bytes.fromhex(oid), off, n) for oid, (off, n) in ordered),
+        ]
+    )
+    return body + blake3.blake3(body).digest()
+
+
+class IndexHead(NamedTuple):
+    pack_length: int
+    entries: int
+    fanout: tuple[int, ...]  # 257 numbers: entries before first byte i, then the count
+
+
+def parse_index(data: bytes | memoryview | mmap.mmap, name: str = "pack index") -> IndexHead:
+    """The header of an index, checked as a lookup relies on it: magic and version,
+    the length the count implies, a fanout that never decreases and ends at the
+    count. DamagedIndex otherwise. (The checksum over the entries is fsck's.)"""
+    if len(data) < ENTRIES_AT + CHECKSUM_BYTES:
+        raise DamagedIndex(f"{name} is truncated")
+    magic, pack_length, count = IDX_HEAD.unpack_from(data, 0)
+    if magic != IDX_MAGIC:
+        raise DamagedIndex(f"{name} has an unknown format")
+    if len(data) != ENTRIES_AT + count * IDX_ENTRY.size + CHECKSUM_BYTES:
+        raise DamagedIndex(f"{name} has the wrong length")
+    fanout = IDX_FANOUT.unpack_from(data, IDX_HEAD.size)
+    if fanout[-1] != count or list(fanout) != sorted(fanout):
+        raise DamagedIndex(f"{name} has a damaged fanout table")
+    return IndexHead(pack_length, count, (0, *fanout))

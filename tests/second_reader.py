@@ -1,0 +1,190 @@
+"""A second reader of ags stores, written from docs/FORMAT.md alone.
+
+It shares no code with ``objstore``: only the standard library, ``zstandard``
+and ``blake3``. If ags writes something this reader cannot read the way the
+documentation says, the documentation or the writer is wrong. Sections cited
+are FORMAT.md's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+import zstandard
+
+_unzstd = zstandard.ZstdDecompressor()
+
+
+class Unreadable(Exception):
+    """The store breaks a rule of FORMAT.md."""
+
+
+def object_id(kind: bytes, body: bytes) -> str:  # 4: BLAKE3-256 of kind + NUL + body
+    return blake3.blake3(kind + b"\0" + body).hexdigest()
+
+
+def decode_stored(oid: str, stored: bytes) -> tuple[str, bytes]:  # 4: the stored form
+    if stored[:1] != b"\x01":
+        raise Unreadable(f"{oid}: format byte {stored[:1]!r}")
+    content = _unzstd.decompress(stored[1:])
+    if blake3.blake3(content).hexdigest() != oid:
+        raise Unreadable(f"{oid}: content does not hash to the id")
+    kind, _, body = content.partition(b"\0")
+    return kind.decode(), body
+
+
+@dataclass
+class Store:
+    root: Path
+    objects: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, root: Path) -> Store:
+        marker = json.loads((root / "ags-store.json").read_bytes())  # 2
+        if marker != {"format": "ags-store", "version": 1}:
+            raise Unreadable(f"marker {marker}")
+        store = cls(root)
+        for sub in sorted((root / "objects").iterdir()):  # 4: loose objects
+            if len(sub.name) == 2:
+                for f in sub.iterdir():
+                    oid = sub.name + f.name
+                    store.objects[oid] = decode_stored(oid, f.read_bytes())
+        for pack in sorted((root / "objects" / "pack").glob("pack-*.pack")):
+            store._read_pack(pack)
+        return store
+
+    def _read_pack(self, path: Path) -> None:  # 5.1 records, 5.3 the index
+        data = path.read_bytes()
+        if data[:8] != b"AGSPACK\x01":
+            raise Unreadable(f"{path.name}: header {data[:8]!r}")
+        at, found = 8, {}
+        while at + 37 <= len(data):
+            rtype, raw, length = struct.unpack_from("<B32sI", data, at)
+            if rtype not in (1, 2) or at + 37 + length > len(data):
+                break  # a torn tail
+            payload = data[at + 37 : at + 37 + length]
+            if rtype == 1:
+                found[raw.hex()] = (at + 37, length)
+                self.objects[raw.hex()] = decode_stored(raw.hex(), payload)
+            else:
+                kind, body = decode_stored(raw.hex(), payload)  # a ref update: a checksum
+                if kind != "ref" or set(json.loads(body)) != {"body", "log", "ref"}:
+                    raise Unreadable(f"{path.name}: ref-update record at {at}")
+            at += 37 + length
+        idx = path.with_suffix(".idx")
+        if idx.exists():
+            self._check_index(idx.read_bytes(), found)
+
+    @staticmethod
+    def _check_index(idx: bytes, found: dict[str, tuple[int, int]]) -> None:
+        magic, _pack_length, count = struct.unpack_from("<8sQI", idx, 0)
+        if magic != b"AGSIDX\x01\x00" or len(idx) != 8 + 8 + 4 + 1024 + 44 * count + 32:
+            raise Unreadable("index header")
+        if blake3.blake3(idx[:-32]).digest() != idx[-32:]:
+            raise Unreadable("index checksum")
+        fanout = struct.unpack_from("<256I", idx, 20)
+        entries = {}
+        for i in range(count):
+            raw, off, length = struct.unpack_from("<32sQI", idx, 1044 + 44 * i)
+            entries[raw.hex()] = (off, length)
+            if fanout[raw[0]] <= i or (raw[0] and fanout[raw[0] - 1] > i):
+                raise Unreadable("index fanout")
+        if entries != found:
+            raise Unreadable("the index does not list the pack's objects")
+
+    # -- objects as values -----------------------------------------------------------
+
+    def value(self, oid: str, kind: str) -> Any:
+        have, body = self.objects[oid]
+        if have != kind:
+            raise Unreadable(f"{oid} is a {have}, not a {kind}")
+        return json.loads(body)
+
+    def node(self, oid: str) -> dict[str, Any]:  # 4.2
+        node: dict[str, Any] = self.value(oid, "node")
+        return node
+
+    # -- refs --------------------------------------------------------------------------
+
+    def ref(self, name: str) -> dict[str, Any] | None:  # 6: canonical JSON and a newline
+        path = self.root / "refs" / name
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            raise Unreadable(f"ref {name} has no newline")
+        body: dict[str, Any] = json.loads(data)
+        return body
+
+    def sessions(self) -> dict[str, dict[str, Any]]:
+        folder = self.root / "refs" / "sessions"
+        return {f.name: self.ref(f"sessions/{f.name}") or {} for f in folder.iterdir()}
+
+    def reflog(self, name: str) -> list[dict[str, Any]]:  # 7
+        path = self.root / "logs" / name
+        if not path.exists():
+            return []
+        by_gen: dict[int, dict[str, Any]] = {}
+        for line in path.read_bytes().split(b"\n")[:-1]:
+            entry = json.loads(line)
+            by_gen[entry["gen"]] = entry
+        current = self.ref(name)
+        limit = current["generation"] if current else None
+        return [by_gen[g] for g in sorted(by_gen) if limit is None or g <= limit]
+
+    # -- history -----------------------------------------------------------------------
+
+    def transcript(self, head: str | None) -> list[Any]:
+        """Every message on the chain, oldest first (a compaction gives its summary)."""
+        out = []
+        while head is not None:
+            node = self.node(head)
+            out.append(self.value(node["message" if node["type"] == "message" else "summary"],
+                                  "blob"))  # fmt: skip
+            head = node["parent"]
+        return out[::-1]
+
+    def context(self, head: str | None) -> list[Any]:
+        """The active context (4.2), walked by parent links, not spans."""
+        newest_first = []
+        while head is not None:
+            node = self.node(head)
+            if node["type"] == "compaction":
+                kept = [self.node(k)["message"] for k in node["kept"]]
+                front = [node["summary"], *kept]
+                return [self.value(b, "blob") for b in front + newest_first[::-1]]
+            newest_first.append(node["message"])
+            head = node["parent"]
+        return [self.value(b, "blob") for b in newest_first[::-1]]
+
+    def spans_agree(self) -> bool:
+        """Every span lists the message blobs between its start and its node (4.2)."""
+        for oid, (kind, _body) in self.objects.items():
+            node = self.node(oid) if kind == "node" else None
+            if node is None or "span" not in node:
+                continue
+            blobs, at = [], oid
+            while at != node["span"]["after"]:
+                step = self.node(at)
+                if step["type"] == "compaction":
+                    return False
+                blobs.append(step["message"])
+                at = step["parent"]
+            if blobs[::-1] != node["span"]["messages"]:
+                return False
+        return True
+
+
+def file_modes(root: Path) -> set[int]:
+    """The permission bits of every file and directory of a store (1: 0600 and 0700)."""
+    modes = set()
+    for dirpath, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            modes.add(os.lstat(os.path.join(dirpath, name)).st_mode & 0o777)
+    return modes

@@ -1,0 +1,75 @@
+"""A store written by the ags of store format 1 (tests/fixtures/format1, made by the
+code before format 2 with tests/fixtures/format1/make_fixture.py) stays readable,
+takes new writes, and its export still imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from objstore import Store, check_store, import_document, read_document
+
+FIXTURE = Path(__file__).parent / "fixtures" / "format1"
+
+
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    path = tmp_path / "store"
+    shutil.copytree(FIXTURE / "store", path)
+    for dirpath, _dirs, files in os.walk(path):  # as ags made it: git keeps no modes
+        os.chmod(dirpath, 0o700)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o600)
+    return path
+
+
+def expected() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURE / "format1-expected.json").read_text())
+    return data
+
+
+def test_a_format_1_store_reads_as_it_did(old_store: Path) -> None:
+    want = expected()
+    tags = want.pop("_tags")
+    with Store.open(old_store) as s:
+        assert {info.id for info in s.sessions(include_archived=True)} == set(want)
+        for sid, session in want.items():
+            info = s.session(sid)
+            assert (info.title, info.head, info.messages) == (
+                session["title"], session["head"], session["messages"]
+            )  # fmt: skip
+            assert s.context(sid) == session["context"]
+            assert [e.message for e in s.log(sid)] == session["log"]
+        assert s.tags() == tags
+        report = check_store(s)
+        assert report.problems == []
+
+
+def test_a_format_1_store_takes_new_writes(old_store: Path) -> None:
+    want = expected()
+    sid = next(sid for sid in want if not sid.startswith("_") and want[sid]["title"] == "a fork")
+    with Store.open(old_store) as s:
+        s.append(sid, {"role": "user", "content": "written by this ags"})
+        s.compact(sid, "summary by this ags", keep=1)
+        fork = s.fork(sid)
+    with Store.open(old_store) as s:
+        assert s.context(sid)[0]["content"] == "summary by this ags"
+        assert s.context(fork) == s.context(sid)
+        assert [e.message for e in s.log(sid)][2:] == want[sid]["log"]
+        assert check_store(s).problems == []
+
+
+def test_an_export_of_format_1_still_imports(tmp_path: Path) -> None:
+    with (FIXTURE / "format1-export.json").open("rb") as f:
+        doc = read_document(f)
+    with Store.open(tmp_path / "store") as s:
+        result = import_document(s, doc)
+        assert result.action == "created"
+        assert [e.message for e in s.log(result.session or "")] == expected()[doc["session"]["id"]][
+            "log"
+        ]

@@ -1,0 +1,93 @@
+"""The public API of objstore is what ``objstore.__all__`` lists, and the rest of ags
+uses nothing else; every error is in one of the two error modules."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import agent.errors
+import objstore
+import objstore.errors
+from objstore import AgsError
+
+ROOT = Path(__file__).parent.parent
+
+PUBLIC = {
+    # the store and what it returns
+    "Store", "SessionInfo", "LogEntry", "Node", "Span", "Target", "ReflogEntry",
+    "project_root",
+    # the commands that look after a store, and what they report
+    "check_store", "FsckReport", "Problem", "collect_garbage", "GcReport", "MIN_GRACE",
+    "store_usage", "session_usage", "StoreUsage", "SessionUsage",
+    "diff_sessions", "SessionDiff",
+    "export_session", "encode_document", "read_document", "import_document", "ImportResult",
+    "write_private_file",
+    "SearchIndex", "SearchHit", "fts_query", "content_text",
+    # the limits of the format
+    "MAX_DEPTH", "MAX_OBJECT_BYTES", "MAX_DOCUMENT_BYTES", "NestingTooDeep", "depth_exceeds",
+    "parse_json",
+    # errors
+    "AgsError", "InvalidInput", "LimitExceeded", "InvalidName", "BadExport",
+    "StoreFormatError", "DamagedPack", "DamagedIndex", "StoreMissing", "UnsafeStore",
+    "ObjectError", "ObjectMissing", "CorruptObject", "SpecError", "UnknownSpec",
+    "AmbiguousSpec", "RefConflict", "SessionBusy", "SessionArchived", "SearchIndexError",
+    "SearchIndexBusy", "StoreWarning",
+}  # fmt: skip
+
+
+def test_the_public_api_is_exactly_the_list() -> None:
+    assert set(objstore.__all__) == PUBLIC
+    assert len(objstore.__all__) == len(PUBLIC)
+    for name in PUBLIC:
+        assert getattr(objstore, name) is not None
+
+
+def objstore_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from objstore[...] import name`` in a file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "objstore":
+            found += [(node.module or "", alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("objstore") for a in node.names), path
+    return found
+
+
+def test_the_command_line_the_agent_the_web_pages_and_the_bench_use_only_the_public_api() -> None:
+    outside = []
+    for folder in ("cli", "agent", "web", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for module, name in objstore_imports(path):
+                if name not in PUBLIC:
+                    outside.append(f"{path.relative_to(ROOT)}: {module}.{name}")
+    assert outside == []
+
+
+def error_classes(module: object) -> list[type[BaseException]]:
+    return [
+        c for _, c in inspect.getmembers(module, inspect.isclass)
+        if issubclass(c, BaseException) and c.__module__ == module.__name__  # type: ignore[attr-defined]
+    ]  # fmt: skip
+
+
+def test_every_error_is_an_ags_error_defined_in_an_error_module() -> None:
+    for module in (objstore.errors, agent.errors):
+        for cls in error_classes(module):
+            allowed = (objstore.StoreWarning, objstore.NestingTooDeep)
+            assert issubclass(cls, AgsError) or cls in allowed, cls
+            assert cls.__name__ in (module.__doc__ or ""), f"{cls.__name__} is not in the tree"
+    elsewhere = []
+    for folder in ("objstore", "agent"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.name == "errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and any(
+                    getattr(base, "id", "").endswith(("Error", "Busy", "Missing"))
+                    or getattr(base, "id", "") in {"AgsError", "InvalidInput"}
+                    for base in node.bases
+                ):
+                    elsewhere.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert elsewhere == []
