@@ -171,8 +171,10 @@ class S3Storage(RemoteStorage):
         except bce.ClientError as e:
             if _status(e) == 404:
                 raise self._bucket_missing() from None
-            region = e.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(
-                "x-amz-bucket-region"
+            region = (
+                e.response.get("ResponseMetadata", {})
+                .get("HTTPHeaders", {})
+                .get("x-amz-bucket-region")
             )
             if _status(e) in (301, 400) and region:
                 raise RemoteError(
@@ -273,7 +275,7 @@ class S3Storage(RemoteStorage):
             if errors:
                 first = errors[0]
                 raise RemoteError(
-                    f"{self.url}: deleting {first.get('Key', '?')[len(self.prefix):]}: "
+                    f"{self.url}: deleting {first.get('Key', '?')[len(self.prefix) :]}: "
                     f"{first.get('Code', '?')} ({len(errors)} of {len(batch)} keys failed)"
                 )
 
