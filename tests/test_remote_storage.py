@@ -107,6 +107,9 @@ def test_delete_removes_keys_and_ignores_absent_ones(storage: RemoteStorage) -> 
         storage.put_new(k, b"x")
     storage.delete("packs/1", "packs/3", "packs/never-there")
     assert [i.key for i in storage.list("packs/")] == ["packs/2"]
+    storage.delete("packs/2")
+    assert list(storage.list()) == []
+    assert storage.put_new("packs/2", b"again")  # its "directory" comes back
 
 
 @pytest.mark.parametrize(

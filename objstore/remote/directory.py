@@ -179,6 +179,7 @@ class DirectoryStorage(RemoteStorage):
             path = self._path(key)
             with self._locked(key):
                 self._guard(partial(_unlink_if_present, path))
+            self._guard(partial(_prune_empty_parents, path.parent, self.root))
 
 
 def _make_dir_once(path: Path) -> None:
@@ -189,6 +190,17 @@ def _make_dir_once(path: Path) -> None:
 def _unlink_if_present(path: Path) -> None:
     with suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _prune_empty_parents(directory: Path, root: Path) -> None:
+    """Remove the directories a delete left empty, as S3 has no empty "directories".
+    A writer that meets its directory gone makes it again (files.replace)."""
+    while directory != root and root in directory.parents:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return  # not empty (or already gone): stop there
+        directory = directory.parent
 
 
 def _mtime(st: os.stat_result) -> datetime:

@@ -59,7 +59,7 @@ def parse_location(
         bucket, _, prefix = url[5:].partition("/")
         if "@" in bucket or ":" in bucket:
             raise BadRemote(
-                f"{url!r}: no credentials in a remote URL (ags never stores them); "
+                "no credentials in a remote URL (ags never stores them, nor prints them); "
                 "use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials"
             )
         if not BUCKET_RE.fullmatch(bucket):
