@@ -337,3 +337,32 @@ def test_reading_a_directory_remote_writes_nothing(tmp_path: Path) -> None:
     assert storage.read_cell("refs/s").generation == 0
     assert [i.key for i in storage.list()] == ["packs/p"]
     assert os.listdir(root) == ["packs"]
+
+
+# -- requests counted where they leave the process -------------------------------------
+
+
+def test_requests_and_bytes_are_counted_on_the_wire(s3_env: S3Server) -> None:
+    """What phase 2 counts to show that a push of one message costs O(1) requests."""
+    with S3Storage(s3_env.new_bucket(), "p", endpoint=s3_env.endpoint) as storage:
+        stats = storage.stats
+        storage.check()  # HEAD bucket; 4 conditional PUTs; GET; DeleteObjects
+        assert stats.requests == 7
+        sent = stats.bytes_sent
+        storage.put_new("packs/a", b"x" * 10_000)
+        assert (stats.requests, stats.bytes_sent - sent) == (8, 10_000)
+        cell = storage.swap(storage.read_cell("refs/s"), "n1")  # GET, PUT
+        storage.swap(cell, "n2")  # PUT
+        assert stats.requests == 11
+        received = stats.bytes_received
+        assert storage.get("packs/a") == b"x" * 10_000
+        assert (stats.requests, stats.bytes_received - received) == (12, 10_000)
+
+
+def test_a_directory_remote_counts_its_file_operations(tmp_path: Path) -> None:
+    storage = DirectoryStorage(tmp_path)
+    storage.put_new("packs/a", b"x" * 100)
+    storage.get("packs/a")
+    storage.swap(storage.read_cell("refs/s"), 1)
+    assert (storage.stats.requests, storage.stats.bytes_sent) == (4, 100 + 27)
+    assert storage.stats.bytes_received == 100

@@ -38,7 +38,7 @@ import blake3
 
 from ..files import FileLock, atomic_write, make_dir, read_file
 from .errors import BucketMissing, RemoteError, SwapFailed
-from .storage import ObjectInfo, RemoteStorage
+from .storage import ObjectInfo, RemoteStorage, TransferStats
 
 LOCKS: Final = ".ags-locks"
 TMP: Final = ".ags-tmp"
@@ -57,6 +57,7 @@ class DirectoryStorage(RemoteStorage):
         self.url = str(self.root)
         self._prepared = False
         self._prepare_lock = threading.Lock()
+        self.stats = TransferStats()  # "requests" here: reads, writes, listings, deletes
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -101,6 +102,7 @@ class DirectoryStorage(RemoteStorage):
             atomic_write(self.root / TMP, self._path(key), data)
 
         self._guard(write)
+        self.stats.add(requests=1, sent=len(data))
         return content_etag(data)
 
     # -- RemoteStorage -----------------------------------------------------------
@@ -121,6 +123,7 @@ class DirectoryStorage(RemoteStorage):
                 return None  # a "directory" of other keys, as S3 has none: no key here
 
         data = self._guard(read)
+        self.stats.add(requests=1, received=len(data or b""))
         if data is None:
             self._check_reachable()  # a missing key, or a missing remote?
             return None
@@ -171,6 +174,7 @@ class DirectoryStorage(RemoteStorage):
 
         self._check_reachable()
         self._guard(lambda: walk(base))
+        self.stats.add(requests=1)
         for key, st in sorted(found):
             yield ObjectInfo(key, st.st_size, _mtime(st), None)
 
@@ -179,6 +183,7 @@ class DirectoryStorage(RemoteStorage):
             path = self._path(key)
             with self._locked(key):
                 self._guard(partial(_unlink_if_present, path))
+            self.stats.add(requests=1)
             self._guard(partial(_prune_empty_parents, path.parent, self.root))
 
 

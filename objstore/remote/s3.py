@@ -52,7 +52,7 @@ from .errors import (
     RemoteUnreachable,
     SwapFailed,
 )
-from .storage import ObjectInfo, RemoteStorage
+from .storage import ObjectInfo, RemoteStorage, TransferStats
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client
@@ -124,6 +124,13 @@ class S3Storage(RemoteStorage):
         except bce.BotoCoreError as e:
             raise RemoteError(f"{self.url}: {e}") from None
         self.endpoint: str = self._client.meta.endpoint_url
+        self.stats = TransferStats()
+        self._client.meta.events.register("before-send.s3", self._count_request)
+
+    def _count_request(self, request: Any, **_: Any) -> None:
+        """Called by botocore as each request (each retry too) goes on the wire."""
+        body = request.body
+        self.stats.add(requests=1, sent=len(body) if isinstance(body, bytes | bytearray) else 0)
 
     def close(self) -> None:
         self._client.close()
@@ -188,7 +195,9 @@ class S3Storage(RemoteStorage):
         try:
             reply = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
             with reply["Body"] as body:
-                return body.read(), reply["ETag"]
+                data = body.read()
+            self.stats.add(received=len(data))
+            return data, reply["ETag"]
         except bce.ClientError as e:
             if _code(e) == "NoSuchKey":
                 return None

@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -105,6 +106,24 @@ class Cell:
         return self.etag is not None
 
 
+@dataclass(slots=True)
+class TransferStats:
+    """What one storage handle sent and received, counted where it leaves the process:
+    S3 requests as sent on the wire (a retry is a second request), a directory's
+    file operations. Tests count requests with it; the bench reports it."""
+
+    requests: int = 0
+    bytes_sent: int = 0  # request bodies (what is written)
+    bytes_received: int = 0  # bodies of what is read
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, requests: int = 0, sent: int = 0, received: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.bytes_sent += sent
+            self.bytes_received += received
+
+
 def encode_cell(generation: int, value: Any) -> bytes:
     canonical.check_json(value, "cell value")
     return canonical.dumps({"generation": generation, "value": value}) + b"\n"
@@ -126,6 +145,7 @@ class RemoteStorage(ABC):
     """A remote's keys. Thread-safe: a push may send packs from several threads."""
 
     url: str  # what messages call this remote: s3://bucket/prefix, or a path
+    stats: TransferStats  # what this handle sent and received
 
     # -- what a backend implements --------------------------------------------
 
@@ -268,6 +288,7 @@ class RemoteStorage(ABC):
 __all__ = [
     "Cell",
     "ObjectInfo",
+    "TransferStats",
     "RemoteError",
     "RemoteStorage",
     "check_key",
