@@ -129,8 +129,8 @@ class S3Storage(RemoteStorage):
 
     def _count_request(self, request: Any, **_: Any) -> None:
         """Called by botocore as each request (each retry too) goes on the wire."""
-        body = request.body
-        self.stats.add(requests=1, sent=len(body) if isinstance(body, bytes | bytearray) else 0)
+        length = request.headers.get("Content-Length")  # the body may be a stream here
+        self.stats.add(requests=1, sent=int(length) if length else 0)
 
     def close(self) -> None:
         self._client.close()
