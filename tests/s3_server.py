@@ -39,6 +39,8 @@ import pytest
 
 ACCESS_KEY = "ags-test-key"
 SECRET_KEY = "ags-test-secret-" + "x" * 16
+READER_KEY = "ags-test-reader"  # may read and list, not write
+READER_SECRET = "ags-test-reader-secret-" + "y" * 8
 READY_WITHIN = 60.0
 S3RVER_KEY = "S3RVER"  # s3rver accepts only its own fixed pair
 
@@ -156,6 +158,10 @@ def start_seaweedfs(workdir: Path) -> S3Server:
         "name": "ags-tests",
         "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
         "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+    }, {
+        "name": "ags-reader",
+        "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+        "actions": ["Read", "List"],
     }]})  # fmt: skip
     for attempt in range(3):
         run = workdir / f"weed-{attempt}"

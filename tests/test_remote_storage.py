@@ -275,6 +275,27 @@ def test_a_wrong_secret_is_access_denied_and_never_printed(
             assert "\n" not in str(denied.value)
 
 
+def test_credentials_that_may_only_read_fail_the_check_on_the_first_write(
+    s3_env: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from s3_server import READER_KEY, READER_SECRET
+
+    bucket = s3_env.new_bucket()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", READER_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", READER_SECRET)
+    with S3Storage(bucket, endpoint=s3_env.endpoint) as storage:
+        assert list(storage.list()) == []  # reading is allowed
+        with pytest.raises(AccessDenied, match="while writing probe/"):
+            storage.check()  # the error of the write, not of the clean-up after it
+        with pytest.raises(AccessDenied, match="deleting packs/x: AccessDenied"):
+            storage.delete("packs/x")
+
+
+def test_a_cell_made_by_hand_with_a_bad_key_is_refused(storage: RemoteStorage) -> None:
+    with pytest.raises(BadRemote, match="bad remote key"):
+        storage.swap(Cell("../outside", 0, None, None), "x")
+
+
 def test_a_missing_bucket(s3_env: S3Server) -> None:
     with S3Storage("no-such-bucket-here", endpoint=s3_env.endpoint) as storage:
         with pytest.raises(BucketMissing, match="bucket no-such-bucket-here does not exist"):

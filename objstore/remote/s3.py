@@ -283,7 +283,8 @@ class S3Storage(RemoteStorage):
             errors = reply.get("Errors", [])
             if errors:
                 first = errors[0]
-                raise RemoteError(
+                failed = AccessDenied if first.get("Code") in _DENIED else RemoteError
+                raise failed(
                     f"{self.url}: deleting {first.get('Key', '?')[len(self.prefix) :]}: "
                     f"{first.get('Code', '?')} ({len(errors)} of {len(batch)} keys failed)"
                 )

@@ -49,6 +49,7 @@ import secrets
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -225,6 +226,7 @@ class RemoteStorage(ABC):
         reading the key again: holding exactly the body this call wrote, the
         swap succeeded (whoever wrote it, the outcome is the one asked for).
         """
+        check_key(cell.key)
         body = encode_cell(cell.generation + 1, value)
         try:
             if cell.etag is None:
@@ -251,33 +253,34 @@ class RemoteStorage(ABC):
         self._check_reachable()
         self.verify_conditional_writes()
 
+    def _conditional_write_ignored(self, key: str, missing: str) -> str | None:
+        """The first write the server let through that it must have refused, if any."""
+        self._put_if_absent(key, b"first\n")
+        if self._put_if_absent(key, b"second\n") is not None:
+            return "a second If-None-Match: * write of one key was accepted"
+        for target, what in ((key, "with a stale etag"), (missing, "of a missing key")):
+            try:
+                self._put_if_match(target, b"third\n", '"0"')
+            except SwapFailed:
+                continue
+            return f"an If-Match write {what} was accepted"
+        found = self._read(key)
+        if found is None or found[0] != b"first\n":
+            return "a conditional write that was refused changed the key"
+        return None
+
     def verify_conditional_writes(self) -> None:
         """Write a scratch key the ways a sync relies on and raise ConditionalWritesIgnored
         if the server lets a write through that it must refuse. Six requests."""
         key = f"{PROBE_PREFIX}{secrets.token_hex(16)}"
         missing = f"{key}-missing"
-        ignored = None
         try:
-            self._put_if_absent(key, b"first\n")
-            if self._put_if_absent(key, b"second\n") is not None:
-                ignored = "a second If-None-Match: * write of one key was accepted"
-            else:
-                try:
-                    self._put_if_match(key, b"third\n", '"0"')
-                    ignored = "an If-Match write with a stale etag was accepted"
-                except SwapFailed:
-                    pass
-            if ignored is None:
-                try:
-                    self._put_if_match(missing, b"fourth\n", '"0"')
-                    ignored = "an If-Match write of a missing key was accepted"
-                except SwapFailed:
-                    pass
-            found = self._read(key)
-            if ignored is None and (found is None or found[0] != b"first\n"):
-                ignored = "a conditional write that was refused changed the key"
-        finally:
-            self._delete([key, missing])
+            ignored = self._conditional_write_ignored(key, missing)
+        except BaseException:
+            with suppress(RemoteError):  # the first error is the one to report
+                self._delete([key, missing])
+            raise
+        self._delete([key, missing])
         if ignored is not None:
             raise ConditionalWritesIgnored(
                 f"{self.url} does not enforce conditional writes ({ignored}); "
