@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from objstore.remote import (
+    BadRemote,
     add_remote,
     check_remote_name,
     open_storage,
@@ -15,7 +16,6 @@ from objstore.remote import (
     remotes,
     remove_remote,
 )
-from objstore.remote.errors import BadRemote
 
 from .app import cli, open_store
 from .output import emit_json, visible
