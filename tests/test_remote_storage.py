@@ -120,8 +120,9 @@ def test_keys_that_are_not_keys_are_refused_before_anything_is_sent(
 ) -> None:
     with pytest.raises(BadRemote, match="bad remote key"):
         storage.put_new(key, b"x")
-    with pytest.raises(BadRemote):
-        storage.get(key)
+    for op in (storage.get, storage.head, storage.read_cell, storage.delete):
+        with pytest.raises(BadRemote):
+            op(key)
 
 
 # -- compare-and-swap cells -----------------------------------------------------------

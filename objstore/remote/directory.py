@@ -142,7 +142,7 @@ class DirectoryStorage(RemoteStorage):
                 raise SwapFailed(self.url, key)
             return self._write(key, data)
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head(self, key: str) -> ObjectInfo | None:
         found = self._read(key)
         if found is None:
             return None

@@ -238,7 +238,7 @@ class S3Storage(RemoteStorage):
         except Exception as e:
             self._fail(e, f"writing {key}")
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head(self, key: str) -> ObjectInfo | None:
         try:
             reply = self._client.head_object(Bucket=self.bucket, Key=self.prefix + key)
         except bce.ClientError as e:

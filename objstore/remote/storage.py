@@ -168,7 +168,7 @@ class RemoteStorage(ABC):
         if it changed or is gone (S3 answers 412, or AWS 404 for a missing key)."""
 
     @abstractmethod
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head(self, key: str) -> ObjectInfo | None:
         """Size, etag and LastModified of ``key``, or None if it is absent."""
 
     @abstractmethod
@@ -195,6 +195,10 @@ class RemoteStorage(ABC):
         """Write ``key`` if it is absent. True if this call wrote it, False if it was
         there (for a content-named key, that is the same content: success)."""
         return self._put_if_absent(check_key(key), data) is not None
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size, etag and LastModified (the age remote gc reads) of ``key``, or None."""
+        return self._head(check_key(key))
 
     def get(self, key: str) -> bytes:
         found = self._read(check_key(key))
