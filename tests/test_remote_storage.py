@@ -30,6 +30,7 @@ from objstore.remote import (
     DamagedRemoteKey,
     KeyMissing,
     NoCredentials,
+    RemoteError,
     RemoteStorage,
     RemoteUnreachable,
     SwapFailed,
@@ -388,3 +389,28 @@ def test_a_directory_remote_counts_its_file_operations(tmp_path: Path) -> None:
     storage.swap(storage.read_cell("refs/s"), 1)
     assert (storage.stats.requests, storage.stats.bytes_sent) == (4, 100 + 27)
     assert storage.stats.bytes_received == 100
+
+
+def test_a_directory_remote_on_a_read_only_disk_can_be_read_not_written(tmp_path: Path) -> None:
+    """A read-only bind mount: a real read-only file system, which root cannot write either."""
+    import subprocess
+
+    source, mounted = tmp_path / "disk", tmp_path / "ro"
+    (source / "packs").mkdir(parents=True)
+    (source / "packs" / "p").write_bytes(b"x")
+    mounted.mkdir()
+    mount = subprocess.run(["mount", "--bind", source, mounted], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot make a read-only mount here: {mount.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", mounted], check=True)
+        storage = DirectoryStorage(mounted)
+        assert storage.get("packs/p") == b"x"
+        assert storage.read_cell("refs/s").generation == 0
+        assert [i.key for i in storage.list()] == ["packs/p"]
+        with pytest.raises(RemoteError, match="not writable"):
+            storage.check()
+        with pytest.raises(RemoteError, match="not writable"):
+            storage.put_new("packs/q", b"y")
+    finally:
+        subprocess.run(["umount", mounted], check=True)

@@ -107,9 +107,12 @@ class DirectoryStorage(RemoteStorage):
 
     # -- RemoteStorage -----------------------------------------------------------
 
-    def _check_reachable(self) -> None:
+    def _require_root(self) -> None:
         if not self.root.is_dir():
             raise BucketMissing(f"{self.url}: no such directory (create it first)")
+
+    def _check_reachable(self) -> None:
+        self._require_root()
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise RemoteError(f"{self.url}: the directory is not writable by you")
 
@@ -125,7 +128,7 @@ class DirectoryStorage(RemoteStorage):
         data = self._guard(read)
         self.stats.add(requests=1, received=len(data or b""))
         if data is None:
-            self._check_reachable()  # a missing key, or a missing remote?
+            self._require_root()  # a missing key, or a missing remote?
             return None
         return data, content_etag(data)
 
@@ -172,7 +175,7 @@ class DirectoryStorage(RemoteStorage):
                 elif key.startswith(prefix):
                     found.append((key, entry.stat(follow_symlinks=False)))
 
-        self._check_reachable()
+        self._require_root()
         self._guard(lambda: walk(base))
         self.stats.add(requests=1)
         for key, st in sorted(found):
