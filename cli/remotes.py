@@ -67,7 +67,11 @@ def remote_cmd(ctx: click.Context, verbose: bool, as_json: bool) -> None:
 @click.argument("name")
 @click.argument("url")
 @click.option("--endpoint", help="The S3 server, for any but AWS: http(s)://host[:port].")
-@click.option("--region", help="The bucket's region (default: AWS_REGION, else us-east-1).")
+@click.option(
+    "--region",
+    help="The bucket's region (default: AWS_REGION, AWS_DEFAULT_REGION or the profile's, "
+    "else us-east-1).",
+)
 @click.option(
     "--no-check",
     is_flag=True,

@@ -249,6 +249,18 @@ def test_credentials_from_home_aws_credentials(
         storage.check()
 
 
+def test_the_region_comes_from_the_remote_then_the_environment_then_the_profile(
+    aws_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (aws_env / "config").write_text("[default]\nregion = eu-north-1\n")
+    assert S3Storage("b").region == "eu-north-1"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-2")
+    assert S3Storage("b").region == "eu-west-2"
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")  # what AWS's other SDKs and CLI read
+    assert S3Storage("b").region == "eu-west-3"
+    assert S3Storage("b", region="ap-south-1").region == "ap-south-1"
+
+
 def test_no_credentials_anywhere(seaweedfs: S3Server, aws_env: Path) -> None:
     storage = S3Storage(seaweedfs.new_bucket(), endpoint=seaweedfs.endpoint)
     with storage, pytest.raises(NoCredentials, match="AWS_ACCESS_KEY_ID .* ~/.aws/credentials"):

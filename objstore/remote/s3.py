@@ -9,7 +9,8 @@ was measured against the others.
 ``~/.aws/config`` (SSO, assumed roles, ``credential_process``), and the
 instance or container role. ags never stores one, never asks for one and
 never prints one. The endpoint may also come from ``AWS_ENDPOINT_URL_S3``
-and the region from ``AWS_REGION`` when the remote names none.
+and the region from ``AWS_REGION`` (which boto3 itself does not read),
+``AWS_DEFAULT_REGION`` or the profile when the remote names none.
 
 **Conditional writes**: ``put_object(IfNoneMatch="*")`` and
 ``put_object(IfMatch=etag)``. A refusal is 412 ``PreconditionFailed``; AWS
@@ -35,6 +36,7 @@ conditional write of the key is in flight: each of them is a lost swap.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC
@@ -104,10 +106,13 @@ class S3Storage(RemoteStorage):
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         try:
             session = boto3.session.Session()
+            self.region = (
+                region or os.environ.get("AWS_REGION") or session.region_name or DEFAULT_REGION
+            )
             self._client: S3Client = session.client(
                 "s3",
                 endpoint_url=endpoint,
-                region_name=region or session.region_name or DEFAULT_REGION,
+                region_name=self.region,
                 config=Config(
                     retries={"mode": "standard", "max_attempts": ATTEMPTS},
                     connect_timeout=10,
