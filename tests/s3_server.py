@@ -78,6 +78,7 @@ class S3Server:
     secret_key: str
     process: subprocess.Popen[bytes]
     log: Path
+    litter: tuple[Path, ...] = ()  # files the server may leave behind when it stops
 
     def env(self) -> dict[str, str]:
         """The environment an S3 client finds its credentials in (and nothing of the host's)."""
@@ -110,15 +111,23 @@ def _weed() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+def _stop(process: subprocess.Popen[bytes], litter: tuple[Path, ...] = ()) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    for path in litter:
+        path.unlink(missing_ok=True)
+
+
+def _grpc_sockets(ports: dict[str, int]) -> tuple[Path, ...]:
+    """The Unix sockets weed makes in /tmp for its gRPC ports, and does not always
+    remove when it stops."""
+    return tuple(Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock")
+                 for name, port in ports.items())  # fmt: skip
 
 
 def _ready(endpoint: str, access: str, secret: str, process: subprocess.Popen[bytes]) -> bool:
@@ -168,6 +177,9 @@ def start_seaweedfs(workdir: Path) -> S3Server:
         (run / "data").mkdir(parents=True)
         (run / "s3.json").write_text(identities)
         master, volume, filer, s3, admin = free_ports(5)
+        litter = _grpc_sockets(
+            {"master": master, "volume": volume, "filer": filer, "s3": s3, "admin": admin}
+        )
         command = [
             weed, "mini", f"-dir={run / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
@@ -185,8 +197,8 @@ def start_seaweedfs(workdir: Path) -> S3Server:
             )  # fmt: skip
         endpoint = f"http://127.0.0.1:{s3}"
         if _ready(endpoint, ACCESS_KEY, SECRET_KEY, process):
-            return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, process, log)
-        _stop(process)
+            return S3Server(endpoint, ACCESS_KEY, SECRET_KEY, process, log, litter)
+        _stop(process, litter)
     tail = log.read_text(errors="replace")[-2000:]
     pytest.fail(f"weed mini did not become ready in three tries; its log ends:\n{tail}")
 
@@ -228,7 +240,7 @@ def seaweedfs_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Se
     try:
         yield server
     finally:
-        _stop(server.process)
+        _stop(server.process, server.litter)
 
 
 @pytest.fixture(scope="session", name="s3rver")
