@@ -10,6 +10,7 @@ from .app import cli
 from .chat import chat  # noqa: F401
 from .history import log  # noqa: F401  (importing a command module registers its commands)
 from .maintenance import gc  # noqa: F401
+from .remotes import remote_cmd  # noqa: F401
 from .serve import serve_cmd  # noqa: F401
 from .sessions import fork  # noqa: F401
 
