@@ -76,6 +76,12 @@ def stored_form(kind: str, body: bytes) -> bytes:
     return _FORMAT_ZSTD_BYTE + _compressor().compress(kind.encode("ascii") + b"\0" + body)
 
 
+def stored_as_is(content: bytes) -> bytes:
+    """A stored form holding ``content`` unchecked: how a damaged object found in a
+    block is kept when packs are merged, for fsck to report."""
+    return _FORMAT_ZSTD_BYTE + _compressor().compress(content)
+
+
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
     """Return ``(id, stored form)`` of an object."""
     return object_id(kind, body), stored_form(kind, body)
@@ -86,7 +92,12 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if stored[:1] != _FORMAT_ZSTD_BYTE:
         why = f"unknown format byte 0x{stored[0]:02x}" if stored else "it is empty"
         raise CorruptObject(oid, why)
-    content = _decompressed(oid, memoryview(stored)[1:])
+    return verified(oid, _decompressed(oid, memoryview(stored)[1:]), kinds)
+
+
+def verified(oid: str, content: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:
+    """``(kind, body)`` of an object's content ``kind + NUL + body``, checked against its
+    id (a block pack holds contents, FORMAT.md 5.5)."""
     if blake3.blake3(content).hexdigest() != oid:
         raise CorruptObject(oid, "its content does not hash to its id")
     kind, _, body = content.partition(b"\0")

@@ -78,7 +78,7 @@ from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2  # 2: block packs (FORMAT.md 5.5); stores of 1 are read as they are
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
@@ -222,6 +222,20 @@ def _create_store(root: Path) -> None:
     atomic_write(root / "tmp", root / CONFIG_FILE, marker)
 
 
+def upgrade_marker(root: Path) -> None:
+    """Raise the store marker to this version before anything only it can read is
+    written (FORMAT.md 2): an older ags then refuses the store instead of meeting
+    packs it cannot read."""
+    marker = root / CONFIG_FILE
+    try:
+        version = int(canonical.loads(read_file(marker))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # opening checked it; a marker removed meanwhile is not ours to write
+    if version < FORMAT_VERSION:
+        body = canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n"
+        atomic_write(root / "tmp", marker, body)
+
+
 def default_store_path() -> Path:
     """``$AGS_STORE``, else ``~/.ags``."""
     return Path(os.environ.get("AGS_STORE") or Path.home() / ".ags").expanduser().absolute()
@@ -255,7 +269,13 @@ class Store:
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
-        self.objects = ObjectStore(path / "objects", self.tmp_dir, self.refs.replay, path / "locks")
+        self.objects = ObjectStore(
+            path / "objects",
+            self.tmp_dir,
+            self.refs.replay,
+            path / "locks",
+            partial(upgrade_marker, path),
+        )
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
         self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
