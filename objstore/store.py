@@ -352,9 +352,19 @@ class Store:
     def node(self, node_id: str) -> Node:
         return _read_node(self.objects, node_id)
 
+    def _node(self, node_id: str) -> Node:  # in a turn already
+        return _read_node(self.objects, node_id)
+
     def blob(self, blob_id: str) -> Any:
         """The JSON value stored in a blob."""
+        return self._blob(blob_id)
+
+    def _blob(self, blob_id: str) -> Any:
         kind, body = self.objects.get(blob_id)
+        return self._blob_value(blob_id, kind, body)
+
+    @staticmethod
+    def _blob_value(blob_id: str, kind: str, body: bytes) -> Any:
         if kind != "blob":
             raise CorruptObject(blob_id, f"expected a blob, found a {kind}")
         try:
@@ -600,7 +610,11 @@ class Store:
         node_id = self.target(spec).node
         if node_id is None:
             return []
-        return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
+        blob_ids = context_blobs(node_id, self._node)
+        return [
+            self._blob_value(blob_id, kind, body)
+            for blob_id, (kind, body) in zip(blob_ids, self.objects.get_many(blob_ids), strict=True)
+        ]
 
     def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
         """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip
