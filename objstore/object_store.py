@@ -142,6 +142,8 @@ class ObjectStore:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
         for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
             del self._damaged[stem]
+        for stem in [stem for stem in self._open if f"{stem}.pack" not in names]:
+            self._forget_open(stem)  # sealed into a block pack, which this listing holds
         for name in names:
             if not name.endswith(".pack") or name == own:
                 continue
@@ -194,7 +196,8 @@ class ObjectStore:
             return
         self._forget_open(stem)  # recovered: fsynced by the recovery
         if outcome == "sealed":
-            self._sealed[stem] = SealedPack(path)
+            with suppress(FileNotFoundError):  # merged away by a repack just now
+                self._sealed[stem] = SealedPack(path)
 
     def _scan_open(self, stem: str, path: Path) -> OpenPack | None:
         """The pack without a (usable) index, scanned up to its current end."""

@@ -63,7 +63,10 @@ from .pack_format import (
     scan_buffer,
 )
 
-MAX_PACK_BYTES: Final = 256 * 1024 * 1024
+MAX_PACK_BYTES: Final = 2 * 1024 * 1024
+"""A handle seals its pack (compressing it into a block pack) once it passes this:
+every process that opens the store scans the packs being written, so a long
+running writer must not make that scan long (about 2,000 messages)."""
 
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
@@ -92,11 +95,17 @@ def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
     if not (
         isinstance(update, dict)
         and isinstance(update.get("ref"), str)
-        and isinstance(update.get("log"), dict)
-        and type(update["log"].get("gen")) is int
         and isinstance(update.get("body"), dict | None)
+        and (
+            (isinstance(update.get("log"), dict) and type(update["log"].get("gen")) is int)
+            or (
+                update.get("log", 0) is None
+                and isinstance(update["body"], dict)
+                and type(update["body"].get("generation")) is int
+            )
+        )
     ):
-        raise CorruptObject(oid, "ref update lacks ref, log.gen or body")
+        raise CorruptObject(oid, "ref update lacks ref, log.gen (or body.generation) or body")
     return update
 
 
@@ -648,12 +657,17 @@ class OpenPack:
         nothing anyone was told is durable: it is deleted. One in which a
         record verifies is damage, not a crash: DamagedPack, and it stays.
         """
-        fd = open_fd(self.path, os.O_RDWR)
+        try:
+            fd = open_fd(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return "removed"  # sealed into a block pack (or merged) just now
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return "busy"
+            if not _still_named(fd, self.path):
+                return "removed"  # its writer sealed it and let go as we looked
             if os.path.lexists(self.path.with_suffix(".idx")):
                 return "sealed"
             if os.pread(fd, len(BLOCK_PACK_MAGIC), 0) == BLOCK_PACK_MAGIC:
@@ -698,6 +712,16 @@ def rebuild_index(pack_path: Path, tmp_dir: Path) -> int:
         return len(good_objects)
     finally:
         os.close(fd)
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not unlinked meanwhile)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _holds_a_block(fd: int, size: int) -> bool:

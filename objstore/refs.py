@@ -288,7 +288,13 @@ class RefStore:
             lock.unlock()
 
     def transact(
-        self, name: str, reason: str, change: Change, *, journal: Journal | None = None
+        self,
+        name: str,
+        reason: str,
+        change: Change,
+        *,
+        journal: Journal | None = None,
+        log: bool = True,
     ) -> RefRecord | None:
         """Update one ref atomically; ``change(current)`` returns the new body or None to delete.
 
@@ -296,6 +302,8 @@ class RefStore:
         failed compare-and-swap) to leave the ref as it is. Returning the
         current body unchanged writes nothing. With a ``journal`` the update
         is journaled (see the module doc); inside a batch it is staged.
+        ``log=False`` writes no reflog line (an append: the parent chain is its
+        history, FORMAT.md 7).
         """
         check_ref_name(name)
         with self._lock(name):
@@ -313,7 +321,7 @@ class RefStore:
             # A creation is not logged: the first value is in the ref itself (a
             # fork's also in its metadata), so a new ref costs one file, not two.
             entries = []
-            if current is not None:
+            if current is not None and log:
                 target = record.target if record else None
                 entries.append(ReflogEntry(current.target, target, gen, now_iso(), reason))
             if self._staged is not None:
@@ -324,10 +332,10 @@ class RefStore:
                     )
                 st.record = record
                 st.entries += entries
-            elif journal is not None and entries:
+            elif journal is not None and current is not None and record is not None:
                 update = {
-                    "body": record.body if record else None,
-                    "log": entries[0].as_dict(),
+                    "body": record.body,
+                    "log": entries[0].as_dict() if entries else None,
                     "ref": name,
                 }
 
@@ -453,7 +461,7 @@ class RefStore:
         for update in updates:
             try:
                 name = check_ref_name(update["ref"])
-                int(update["log"]["gen"])
+                _journaled_gen(update)
             except (KeyError, TypeError, ValueError, InvalidName):
                 continue
             by_ref.setdefault(name, []).append(update)
@@ -471,15 +479,15 @@ class RefStore:
                 have = current.generation if current else 0
             except StoreFormatError:
                 have = 0  # torn by a power loss: any journaled value is better
-            newer = [u for u in items if int(u["log"]["gen"]) > have]
-            limit = max([have, *(int(u["log"]["gen"]) for u in newer)])
+            newer = [u for u in items if _journaled_gen(u) > have]
+            limit = max([have, *(_journaled_gen(u) for u in newer)])
         else:
             limit = max(logged_gens, default=0)  # deleted since: restore lines up to the delete
         # The rename of a ref file can survive a power loss that its unsynced
         # reflog line does not: restore every journaled line the log lacks.
         lines = [
             ReflogEntry(log["old"], log["new"], int(log["gen"]), log["time"], log["reason"])
-            for log in (u["log"] for u in items)
+            for log in (u["log"] for u in items if u["log"] is not None)
             if int(log["gen"]) not in logged_gens and int(log["gen"]) <= limit
         ]
         if not newer:
@@ -496,3 +504,10 @@ class RefStore:
         for lock in self._stripes.values():
             lock.release()
         self._stripes.clear()
+
+
+def _journaled_gen(update: dict[str, Any]) -> int:
+    """The generation a journaled update gave its ref: its reflog line's, or, for an
+    update that writes none (an append), its body's."""
+    log = update["log"]
+    return int(log["gen"] if log is not None else update["body"]["generation"])

@@ -598,7 +598,8 @@ class Store:
             return {**moved, "target": node_id}
 
         journal = None if self._batch_depth else self.objects
-        self.refs.transact(session_ref(sid), reason, move, journal=journal)
+        # No reflog line: the parent chain is the history of appends and compactions.
+        self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
         return Node(
             node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ()), span
         )
@@ -761,7 +762,8 @@ class Store:
         """Whether ``node_id`` is on the chain of the session's head or of a head its
         reflog remembers (so that a rewind can be undone)."""
         rec = self.refs.read(session_ref(sid))
-        heads = {e.new for e in self.refs.reflog(session_ref(sid)) if e.new}
+        moves = self.refs.reflog(session_ref(sid))  # appends are not logged: olds count too
+        heads = {v for e in moves for v in (e.old, e.new) if v is not None}
         heads |= {rec.target} if rec and rec.target else set()
         seen: set[str] = set()
         for head in heads:

@@ -50,6 +50,7 @@ def three_sessions(path: Path) -> list[str]:
             sid = s.new_session(title=name)
             for i in range(3):
                 s.append(sid, {"role": "user", "content": f"{name} message {i}"})
+            s.set_title(sid, name.upper())  # a reflog line: appends write none
             sids.append(sid)
     return sids
 
@@ -247,6 +248,8 @@ def test_a_deleted_ref_file_whose_reflog_lives_on_is_named_by_fsck(tmp_path: Pat
 def test_a_damaged_reflog_line_is_named_by_fsck(tmp_path: Path) -> None:
     path = tmp_path / "store"
     _a, b, _c = three_sessions(path)
+    with Store.open(path) as s:
+        s.set_title(b, "beta, again")
     log = path / "logs" / "sessions" / b
     lines = log.read_bytes().split(b"\n")
     lines[1] = b"{not json"
