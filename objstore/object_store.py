@@ -103,8 +103,10 @@ class ObjectStore:
         replay: Replay,
         locks_dir: Path,
         before_blocks: Callable[[], None] = lambda: None,
+        leave_turn: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
+        self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._root = os.fspath(root)
         self.pack_dir = root / "pack"
@@ -448,6 +450,21 @@ class ObjectStore:
         self._sync_relied_on()
         if self._writer is not None:
             self._writer.sync()
+
+    def commit(self) -> None:
+        """Make the journaled update just written durable (Journal.commit): the packs
+        this handle relies on first, then, outside the caller's turn, this pack,
+        with one fsync for every thread whose records came before it."""
+        self._sync_relied_on()
+        w = self._writer
+        if w is None:
+            return
+        w.hold()
+        self._leave_turn()
+        try:
+            w.sync()
+        finally:
+            w.let_go()
 
     def _sync_relied_on(self) -> None:
         if self._relied_on:

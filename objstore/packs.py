@@ -140,6 +140,10 @@ class PackWriter:
         self.index: dict[str, Location] = {}
         self.dirty = True
         self._dir_synced = False
+        self._synced = 0  # bytes known durable
+        self._fsync = threading.Lock()  # one fsync at a time; it covers what came before
+        self._holders = 0  # threads waiting for a sync outside their turn
+        self._idle = threading.Condition()
         self._unsynced_refs: set[str] = set()  # files to sync before sealing
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
@@ -180,12 +184,31 @@ class PackWriter:
         return os.pread(self._fd, loc[1], loc[0])
 
     def sync(self) -> None:
-        if self.dirty:
+        """Make every record written so far durable. Threads that wait here together
+        share fsyncs: each fsync covers every record written before it began."""
+        wanted = self.size
+        if self._synced >= wanted:
+            return
+        with self._fsync:
+            if self._synced >= wanted:
+                return  # another thread's fsync covered it
+            end = self.size  # every write up to here has returned
             os.fsync(self._fd)
             if not self._dir_synced:
                 fsync_dir(self.path.parent)
                 self._dir_synced = True
-            self.dirty = False
+            self._synced = max(self._synced, end)
+            self.dirty = self._synced < self.size
+
+    def hold(self) -> None:
+        """Keep the pack open while this thread syncs it outside its turn."""
+        with self._idle:
+            self._holders += 1
+
+    def let_go(self) -> None:
+        with self._idle:
+            self._holders -= 1
+            self._idle.notify_all()
 
     def seal(self) -> None:
         """Sync, make journaled refs durable on their own, write the index, let go."""
@@ -201,7 +224,9 @@ class PackWriter:
         self._unsynced_refs.clear()
 
     def release(self) -> None:
-        """Let go of the pack (and its flock)."""
+        """Let go of the pack (and its flock), once no thread is syncing it."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._holders == 0)
         os.close(self._fd)
         self._fd = -1
 

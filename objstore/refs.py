@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -64,7 +65,8 @@ class Journal(Protocol):
 
     def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None: ...
 
-    def sync(self) -> None: ...
+    def commit(self) -> None:
+        """Make the journal durable; the caller may lose its turn (turns.py) here."""
 
 
 def iso_time(t: float) -> str:
@@ -172,7 +174,10 @@ class RefStore:
         self._locks = locks
         self._tmp_dir = os.fspath(tmp_dir)
         self._staged: dict[str, _Staged] | None = None
-        self._stripes: dict[int, files.FileLock] = {}
+        # Per thread: flock excludes another open file, so two threads of a handle
+        # updating refs of one stripe take turns as two processes do.
+        self._per_thread = threading.local()
+        self._all_stripes: list[dict[int, files.FileLock]] = []
 
     # -- reading -------------------------------------------------------------
 
@@ -271,16 +276,24 @@ class RefStore:
 
     # -- writing -------------------------------------------------------------
 
+    def _stripes(self) -> dict[int, files.FileLock]:
+        stripes: dict[int, files.FileLock] | None = getattr(self._per_thread, "stripes", None)
+        if stripes is None:
+            stripes = self._per_thread.stripes = {}
+            self._all_stripes.append(stripes)
+        return stripes
+
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
         """Hold the striped lock of ``name``; the last OPEN_STRIPES lock files stay open."""
         stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
-        lock = self._stripes.pop(stripe, None)
+        stripes = self._stripes()
+        lock = stripes.pop(stripe, None)
         if lock is None:
             lock = files.FileLock(self._locks / f"ref-{stripe:02x}")
-            if len(self._stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
-                self._stripes.pop(next(iter(self._stripes))).release()
-        self._stripes[stripe] = lock  # most recently used last
+            if len(stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
+                stripes.pop(next(iter(stripes))).release()
+        stripes[stripe] = lock  # most recently used last
         lock.acquire()
         try:
             yield
@@ -344,7 +357,7 @@ class RefStore:
                     # disk) leaves no durable record for recovery to replay.
                     files_to_sync = [self.path(name), self.log_path(name)]
                     journal.journal_ref_update(canonical.dumps(update), files_to_sync)
-                    journal.sync()
+                    journal.commit()
 
                 tmp = self._write_file(record, durable=False)
                 self._commit(name, tmp, entries, durable=False, before_install=journal_it)
@@ -501,9 +514,10 @@ class RefStore:
         self._commit(name, self._write_file(record, durable=True), lines, durable=True)
 
     def close(self) -> None:
-        for lock in self._stripes.values():
-            lock.release()
-        self._stripes.clear()
+        for stripes in self._all_stripes:
+            for lock in stripes.values():
+                lock.release()
+            stripes.clear()
 
 
 def _journaled_gen(update: dict[str, Any]) -> int:

@@ -29,6 +29,7 @@ import inspect
 import os
 import re
 import secrets
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterator
@@ -275,12 +276,15 @@ class Store:
             self.refs.replay,
             path / "locks",
             partial(upgrade_marker, path),
+            self._turns.leave,
         )
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
         self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
         self._writers: dict[str, WriterLock] = {}
         self._tips: dict[str, _Tip] = {}  # per session this handle writes
+        # Per session: one append at a time, its fsync wait included (turns.py).
+        self._session_turns: dict[str, threading.Lock] = {}
         self._batch_depth = 0
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
         weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
@@ -469,6 +473,12 @@ class Store:
         if lock:
             lock.release()
 
+    def _session_turn(self, session: str) -> threading.Lock:
+        """The lock that lets one thread at a time append to a session through this
+        handle (taken in a turn: turn -> session, turns.py)."""
+        sid = self.session_id(session)
+        return self._session_turns.setdefault(sid, threading.Lock())
+
     def _writable(self, session: str) -> tuple[str, _Tip]:
         """Lock a session for writing; return its id and what a writer needs of it.
 
@@ -519,6 +529,16 @@ class Store:
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
         message_body, state_body = _checked_bodies(message, "message", state, meta)
+        with self._session_turn(session):
+            return self._append(session, message_body, state_body, meta)
+
+    def _append(
+        self,
+        session: str,
+        message_body: bytes,
+        state_body: bytes | None,
+        meta: dict[str, Any] | None,
+    ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
         message_id = self.objects.put("blob", message_body)
@@ -559,6 +579,17 @@ class Store:
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
+        with self._session_turn(session):
+            return self._compact(session, summary_body, state_body, keep, meta)
+
+    def _compact(
+        self,
+        session: str,
+        summary_body: bytes,
+        state_body: bytes | None,
+        keep: int,
+        meta: dict[str, Any] | None,
+    ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
         if parent is None:
