@@ -15,7 +15,6 @@ then rely on a depth far below Python's recursion limit.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Final
 
 import orjson
@@ -75,20 +74,20 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     long context is mostly parsing); it gives the same values as the standard
     parser for every text it accepts, and what it refuses (nesting beyond its own
     limit) goes to the standard parser, which accepts or refuses it as always.
-    orjson reads an integer beyond 64 bits as a float, so a text with 19 digits
-    in a row goes to the standard parser.
+    orjson reads an integer beyond 64 bits as a float, so a value holding a float
+    that big is read again by the standard parser.
     """
     value: Any
-    long_digits = (
-        _LONG_DIGITS.search(text) if isinstance(text, bytes) else _LONG_DIGITS_TEXT.search(text)
-    )
-    if options or long_digits:
+    if options:
         value = _standard(text, max_depth, options)
     else:
         try:
             value = orjson.loads(text)
         except orjson.JSONDecodeError:
             value = _standard(text, max_depth, options)
+        else:
+            if _holds_a_big_float(value):  # perhaps an integer beyond 64 bits: read it exactly
+                value = _standard(text, max_depth, options)
     # Nesting cannot be deeper than the number of containers opened: most texts
     # open fewer than the limit, and need no walk.
     opened = (
@@ -101,8 +100,23 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     return value
 
 
-_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT: Final = re.compile(r"[0-9]{19}")
+_BIG: Final = float(2**63)
+
+
+def _holds_a_big_float(value: Any) -> bool:
+    """Whether a parsed value holds a float of at least 2**63 in size (what orjson
+    makes of an integer beyond 64 bits). Iterative, like ``depth_exceeds``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float and not -_BIG < item < _BIG:
+            return True
+    return False
 
 
 def _standard(text: str | bytes, max_depth: int, options: dict[str, Any]) -> Any:

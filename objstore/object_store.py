@@ -280,25 +280,10 @@ class ObjectStore:
         return found
 
     def get_many(self, oids: list[str]) -> list[tuple[str, bytes]]:
-        """``(kind, body)`` of each object, in order, each verified against its id: what
-        ``get`` gives, read a block at a time (a context's messages sit together)."""
-        nearby: dict[str, tuple[bytes, int, int]] = {}  # id -> (block content, offset, length)
-        out = []
-        for oid in oids:
-            if self._stored(oid) is None:  # not in a pack being written: look in blocks
-                if oid not in nearby:
-                    for sealed in self._sealed.values():
-                        found = sealed.block_of(oid)
-                        if found is not None:
-                            content, members = found
-                            nearby.update((m, (content, i, n)) for m, (i, n) in members.items())
-                            break
-                if oid in nearby:
-                    content, inner, length = nearby[oid]
-                    out.append(objects.verified(oid, content[inner : inner + length]))
-                    continue
-            out.append(self.get(oid))
-        return out
+        """``(kind, body)`` of each object, in order, each verified against its id. A
+        context's messages sit in a few blocks, which each pack keeps decoded while
+        they are read (packs.BLOCK_CACHE)."""
+        return [self.get(oid) for oid in oids]
 
     def body_size(self, oid: str) -> int:
         """The uncompressed size of an object (0 if it cannot be read)."""
@@ -619,6 +604,9 @@ class ObjectStore:
             copied.add(oid)
 
         try:
+            # Oldest first: what was written together stays together (a context's
+            # messages in few blocks), whatever order the packs were chosen in.
+            packs = sorted(packs, key=lambda pack: pack.sealed_at)
             for i, pack in enumerate(packs):
                 for oid, stored in pack.plain_records():
                     take_stored(oid, stored)
