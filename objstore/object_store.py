@@ -523,6 +523,8 @@ class ObjectStore:
         of the chosen packs unless its write came before the choice, and so
         before the mark saw the ref that the same append moved. Packs still
         being written are never touched. ``progress(done, total)`` counts packs.
+        ``locks/repack`` is held while packs are chosen and while they are swept,
+        not while ``mark`` runs.
         """
         lock = FileLock(self._repack_lock)
         lock.acquire()  # one gc or repack at a time
@@ -536,7 +538,17 @@ class ObjectStore:
                     st = os.lstat(path)
                     if st.st_mtime < older_than:
                         loose.append((oid, path, st.st_size))
-            keep = mark()
+        finally:
+            lock.release()
+        # Marking reads every ref and history (seconds on a big store) without the
+        # lock, so repacks go on meanwhile. What they merge is left out below: its
+        # objects sit in a pack younger than the grace period now, and stay.
+        keep = mark()
+        lock.acquire()
+        try:
+            self.refresh()
+            chosen = [p for p in chosen if self._sealed.get(p.path.stem) is p]
+            loose = [item for item in loose if os.path.lexists(item[1])]
             swept: set[str] = set()
             freed = 0
             for pack in chosen:
