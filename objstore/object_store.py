@@ -464,8 +464,12 @@ class ObjectStore:
         place; the journal records, needed no more, are not copied. A crash before
         the old pack is gone leaves both: the next open recovers the old one (its
         replay writes nothing) and the next repack merges the copies."""
-        w.settle()
-        self._writer = None
+        self._writer = None  # whatever happens below, this handle is done with it
+        try:
+            w.settle()
+        except BaseException:
+            w.release()  # left unsealed, as after a crash: the next open recovers it
+            raise
         self._before_blocks()
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir)
         try:

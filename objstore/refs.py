@@ -355,7 +355,7 @@ class RefStore:
                 def journal_it() -> None:
                     # Last before the rename: an update that failed on the way (a full
                     # disk) leaves no durable record for recovery to replay.
-                    files_to_sync = [self.path(name), self.log_path(name)]
+                    files_to_sync = [self.path(name)] + ([self.log_path(name)] if entries else [])
                     journal.journal_ref_update(canonical.dumps(update), files_to_sync)
                     journal.commit()
 
