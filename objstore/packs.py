@@ -310,23 +310,10 @@ BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
-_per_thread = threading.local()
-
-
 def _block_compressor() -> zstandard.ZstdCompressor:
-    made: zstandard.ZstdCompressor | None = getattr(_per_thread, "compressor", None)
-    if made is None:
-        made = _per_thread.compressor = zstandard.ZstdCompressor(
-            level=objects.ZSTD_LEVEL, write_checksum=True, write_content_size=True
-        )
-    return made
-
-
-def _block_decompressor() -> zstandard.ZstdDecompressor:
-    made: zstandard.ZstdDecompressor | None = getattr(_per_thread, "decompressor", None)
-    if made is None:
-        made = _per_thread.decompressor = zstandard.ZstdDecompressor()
-    return made
+    return objects.thread_compressor(
+        "block", level=objects.ZSTD_LEVEL, write_checksum=True, write_content_size=True
+    )
 
 
 def decompress_block(frame: bytes | memoryview) -> bytes:
@@ -336,7 +323,7 @@ def decompress_block(frame: bytes | memoryview) -> bytes:
         size = zstandard.frame_content_size(frame)
         if not 0 <= size <= MAX_BLOCK_CONTENT:
             raise ValueError(f"a block frame claims {size} bytes")
-        return _block_decompressor().decompress(frame)
+        return objects.thread_decompressor().decompress(frame)
     except zstandard.ZstdError as e:
         raise ValueError(f"zstd: {e}") from None
 
