@@ -81,16 +81,23 @@ class Scan:
 def scan_buffer(
     data: bytes | memoryview, base: int, types: tuple[int, ...] = (TYPE_OBJECT, TYPE_REF)
 ) -> Scan:
-    """Every record of ``data`` (see ``iter_records``), sorted by type (blocks go with
-    the ref updates: a checksum and where the payload is)."""
-    scan = Scan(end=base)
-    for record in iter_records(data, base, types):
-        if record.type == TYPE_OBJECT:
-            scan.objects[record.raw_id.hex()] = record.location
+    """Every record of ``data`` (as ``iter_records`` reads them), sorted by type (blocks
+    go with the ref updates: a checksum and where the payload is). Every process
+    that opens a store scans the packs being written: this loop is kept tight."""
+    objects: dict[str, Location] = {}
+    others: list[tuple[bytes, Location]] = []
+    unpack, head, size, pos = RECORD_HEAD.unpack_from, RECORD_HEAD.size, len(data), 0
+    while pos + head <= size:
+        rtype, raw, length = unpack(data, pos)
+        end = pos + head + length
+        if end > size or rtype not in types:
+            break
+        if rtype == TYPE_OBJECT:
+            objects[raw.hex()] = (base + pos + head, length)
         else:
-            scan.refs.append((record.raw_id, record.location))
-        scan.end = record.location[0] + record.location[1]
-    return scan
+            others.append((raw, (base + pos + head, length)))
+        pos = end
+    return Scan(objects, others, base + pos)
 
 
 def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:

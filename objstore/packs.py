@@ -63,10 +63,10 @@ from .pack_format import (
     scan_buffer,
 )
 
-MAX_PACK_BYTES: Final = 2 * 1024 * 1024
+MAX_PACK_BYTES: Final = 1024 * 1024
 """A handle seals its pack (compressing it into a block pack) once it passes this:
 every process that opens the store scans the packs being written, so a long
-running writer must not make that scan long (about 2,000 messages)."""
+running writer must not make that scan long (about 1,000 messages)."""
 
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
