@@ -19,13 +19,16 @@ from .scenarios import DEFAULT_SIZES, QUICK_SIZES, SCENARIOS, Sizes
 PROJECT_SEED = 42
 
 
-def run_benchmark(sizes: Sizes, quick: bool = False) -> Report:
-    """Run every scenario, each in its own temporary directory, removed afterwards."""
+def run_benchmark(sizes: Sizes, quick: bool = False, only: list[str] | None = None) -> Report:
+    """Run every scenario (or those named in ``only``), each in its own temporary
+    directory, removed afterwards."""
     machine = machine_info()  # before the run, so the load average is other work's
     project = make_project(PROJECT_SEED)
     rows: list[Row] = []
     notes: list[str] = []
     for scenario in SCENARIOS:
+        if only and scenario.__name__ not in only:
+            continue
         base = Path(tempfile.mkdtemp(prefix=f"ags-bench-{scenario.__name__}-"))
         try:
             outcome = scenario(base, sizes, project)
@@ -44,6 +47,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a small, fast run (smoke test)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--only",
+        metavar="SCENARIO",
+        action="append",
+        choices=[s.__name__ for s in SCENARIOS],
+        help="run only this scenario (again for more): " + ", ".join(s.__name__ for s in SCENARIOS),
+    )
     return parser.parse_args(argv)
 
 
@@ -51,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print it; always 0 (a failed target is reported, not raised)."""
     args = parse_args(argv)
     sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
-    write_report(run_benchmark(sizes, quick=args.quick), as_json=args.json)
+    write_report(run_benchmark(sizes, quick=args.quick, only=args.only), as_json=args.json)
     return 0
 
 

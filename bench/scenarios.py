@@ -112,8 +112,8 @@ def durable_appends(base: Path, sizes: Sizes, project: Project) -> Outcome:
         "msg/s",
         ags_rate,
         n / jsonl_s,
-        "ags >= 1,000/s",
-        ags_rate >= 1000,
+        "ags >= 2,000/s",
+        ags_rate >= 2000,
     )
     note = (
         f"appends: {n:,} messages to one session; ags.append returns durable, "
@@ -157,6 +157,7 @@ def resume_compacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
     rows: list[Row] = []
     sizes_seen: list[str] = []
     for label, spec, upto, with_compaction in points:
+        share = 10 if with_compaction else 5  # right after a compaction: a tenth (issue 11)
         context = _ags_context(ags_path, spec)
         expected = JsonlStore(jsonl_path).context(jid, upto, with_compaction)
         _check_same(f"resumed context {label}", context, expected)
@@ -172,8 +173,8 @@ def resume_compacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
                 "s",
                 ags_s,
                 jsonl_s,
-                "ags <= JSONL/5",
-                ags_s <= jsonl_s / 5,
+                f"ags <= JSONL/{share}",
+                ags_s <= jsonl_s / share,
             )
         )
         sizes_seen.append(f"{len(context)} {label}")
@@ -485,6 +486,12 @@ def web_pages(base: Path, sizes: Sizes, project: Project) -> Outcome:
     return Outcome(rows, note)
 
 
+def _format_rows() -> tuple[Scenario, ...]:
+    from .format_rows import live_reader, resume_uncompacted, session_bytes, threaded_appends
+
+    return (session_bytes, resume_uncompacted, live_reader, threaded_appends)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     durable_appends,
     resume_compacted,
@@ -494,4 +501,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     search_sessions,
     import_claude_code,
     web_pages,
+    *_format_rows(),
 )

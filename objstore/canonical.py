@@ -67,4 +67,4 @@ def dumps(value: Any, where: str = "value") -> bytes:
 def loads(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """Parse JSON bytes (UTF-8). Raises ValueError, as ``json.loads`` does, also for
     a value nested deeper than ``max_depth`` (``limits.NestingTooDeep``)."""
-    return parse_json(data.decode("utf-8"), max_depth)
+    return parse_json(data, max_depth)

@@ -139,12 +139,20 @@ def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
             view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
+        elif _START_WRITEBACK is not None:
+            # Start writing it now: ext4 makes a rename over an existing file wait
+            # for the new file's data (auto_da_alloc), and an append renames its ref
+            # after its pack's fsync, which this write then overlaps.
+            os.posix_fadvise(fd, 0, 0, _START_WRITEBACK)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
         raise
     os.close(fd)
     return tmp
+
+
+_START_WRITEBACK: Final = getattr(os, "POSIX_FADV_DONTNEED", None)
 
 
 def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:

@@ -47,6 +47,7 @@ from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_f
 from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
+    BlockPackWriter,
     OpenPack,
     PackWriter,
     Replay,
@@ -95,8 +96,18 @@ class ObjectStore:
     pack is scanned like one being written, a damaged index is read around by
     scanning its pack, and both are repaired by the next open."""
 
-    def __init__(self, root: Path, tmp_dir: Path, replay: Replay, locks_dir: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tmp_dir: Path,
+        replay: Replay,
+        locks_dir: Path,
+        before_blocks: Callable[[], None] = lambda: None,
+        leave_turn: Callable[[], None] = lambda: None,
+    ) -> None:
         self.root = root
+        self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
+        self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._root = os.fspath(root)
         self.pack_dir = root / "pack"
         self._tmp_dir = tmp_dir
@@ -133,6 +144,8 @@ class ObjectStore:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
         for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
             del self._damaged[stem]
+        for stem in [stem for stem in self._open if f"{stem}.pack" not in names]:
+            self._forget_open(stem)  # sealed into a block pack, which this listing holds
         for name in names:
             if not name.endswith(".pack") or name == own:
                 continue
@@ -185,7 +198,8 @@ class ObjectStore:
             return
         self._forget_open(stem)  # recovered: fsynced by the recovery
         if outcome == "sealed":
-            self._sealed[stem] = SealedPack(path)
+            with suppress(FileNotFoundError):  # merged away by a repack just now
+                self._sealed[stem] = SealedPack(path)
 
     def _scan_open(self, stem: str, path: Path) -> OpenPack | None:
         """The pack without a (usable) index, scanned up to its current end."""
@@ -221,6 +235,7 @@ class ObjectStore:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
 
     def _stored(self, oid: str) -> bytes | None:
+        """The stored form of an object in a pack being written, or a loose file."""
         w = self._writer
         if w is not None:
             loc = w.index.get(oid)
@@ -229,11 +244,10 @@ class ObjectStore:
         for pack in self._open.values():
             loc = pack.find(oid)
             if loc:
-                return pack.read(loc)
-        for sealed in self._sealed.values():
-            loc = sealed.find(oid)
-            if loc:
-                return sealed.read(loc)
+                return pack.read_object(oid, loc)
+        return None
+
+    def _loose(self, oid: str) -> bytes | None:
         try:
             return read_file(self.loose_path(oid))
         except FileNotFoundError:
@@ -243,20 +257,48 @@ class ObjectStore:
         except PermissionError as e:
             raise CorruptObject(oid, f"its loose file cannot be read ({e.strerror})") from None
 
+    def _find(self, oid: str) -> tuple[str, bytes] | None:
+        stored = self._stored(oid)
+        if stored is not None:
+            return objects.decode(oid, stored)
+        for sealed in self._sealed.values():
+            found = sealed.get(oid)
+            if found is not None:
+                return found
+        stored = self._loose(oid)
+        return None if stored is None else objects.decode(oid, stored)
+
     def get(self, oid: str) -> tuple[str, bytes]:
         """Return ``(kind, body)``; raise ObjectMissing or CorruptObject."""
         objects.check_id(oid)
-        stored = self._stored(oid)
-        if stored is None:
+        found = self._find(oid)
+        if found is None:
             self.refresh()
-            stored = self._stored(oid)
-            if stored is None:
+            found = self._find(oid)
+            if found is None:
                 raise ObjectMissing(oid)
-        return objects.decode(oid, stored)
+        return found
+
+    def get_many(self, oids: list[str]) -> list[tuple[str, bytes]]:
+        """``(kind, body)`` of each object, in order, each verified against its id. A
+        context's messages sit in a few blocks, which each pack keeps decoded while
+        they are read (packs.BLOCK_CACHE)."""
+        return [self.get(oid) for oid in oids]
 
     def body_size(self, oid: str) -> int:
         """The uncompressed size of an object (0 if it cannot be read)."""
+        for sealed in self._sealed.values():
+            length = sealed.content_length(oid)
+            if length is not None:
+                return length - len("blob\0")
         stored = self._stored(oid)
+        if stored is None:
+            for sealed in self._sealed.values():
+                if sealed.find(oid):
+                    stored = b""  # a version-1 pack: read below
+                    break
+            else:
+                stored = self._loose(oid)
         if stored is None:
             return 0
         size = objects.content_size(stored)
@@ -305,7 +347,7 @@ class ObjectStore:
         for pack in self._open.values():
             sizes.update((oid, loc[1]) for oid, loc in pack.index.items())
         for sealed in self._sealed.values():
-            sizes.update((oid, loc[1]) for oid, loc in sealed.locations())
+            sizes.update(sealed.sizes())
         for oid, path in self._loose_files():
             with suppress(FileNotFoundError):
                 sizes.setdefault(oid, os.lstat(path).st_size)
@@ -394,6 +436,21 @@ class ObjectStore:
         if self._writer is not None:
             self._writer.sync()
 
+    def commit(self) -> None:
+        """Make the journaled update just written durable (Journal.commit): the packs
+        this handle relies on first, then, outside the caller's turn, this pack,
+        with one fsync for every thread whose records came before it."""
+        self._sync_relied_on()
+        w = self._writer
+        if w is None:
+            return
+        w.hold()
+        self._leave_turn()
+        try:
+            w.sync()
+        finally:
+            w.let_go()
+
     def _sync_relied_on(self) -> None:
         if self._relied_on:
             for pack in self._relied_on.values():
@@ -402,9 +459,36 @@ class ObjectStore:
             self._relied_on.clear()
 
     def _seal_writer(self, w: PackWriter) -> None:
-        w.seal()
-        self._writer = None
-        self._sealed[w.name] = SealedPack(w.path)
+        """Seal this handle's pack: its refs made durable, then its objects written
+        again, compressed together, into a block pack (FORMAT.md 5.5) that takes its
+        place; the journal records, needed no more, are not copied. A crash before
+        the old pack is gone leaves both: the next open recovers the old one (its
+        replay writes nothing) and the next repack merges the copies."""
+        self._writer = None  # whatever happens below, this handle is done with it
+        try:
+            w.settle()
+        except BaseException:
+            w.release()  # left unsealed, as after a crash: the next open recovers it
+            raise
+        self._before_blocks()
+        blocks = BlockPackWriter(self.pack_dir, self._tmp_dir)
+        try:
+            for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
+                try:
+                    kind, body = objects.decode(oid, w.read(loc))
+                except CorruptObject:
+                    blocks.add([(oid, w.read(loc))])  # kept as it is, for fsck to report
+                    continue
+                blocks.add_content(oid, kind.encode("ascii") + b"\0" + body)
+            blocks.seal()
+        except BaseException:
+            blocks.abandon()
+            w.release()
+            raise
+        self._sealed[blocks.name] = SealedPack(blocks.path)
+        os.unlink(w.path)
+        fsync_dir(self.pack_dir)
+        w.release()
 
     def repack(self) -> int:
         """Merge small sealed packs into one if there are too many (repack.py); return how
@@ -443,6 +527,8 @@ class ObjectStore:
         of the chosen packs unless its write came before the choice, and so
         before the mark saw the ref that the same append moved. Packs still
         being written are never touched. ``progress(done, total)`` counts packs.
+        ``locks/repack`` is held while packs are chosen and while they are swept,
+        not while ``mark`` runs.
         """
         lock = FileLock(self._repack_lock)
         lock.acquire()  # one gc or repack at a time
@@ -456,14 +542,24 @@ class ObjectStore:
                     st = os.lstat(path)
                     if st.st_mtime < older_than:
                         loose.append((oid, path, st.st_size))
-            keep = mark()
+        finally:
+            lock.release()
+        # Marking reads every ref and history (seconds on a big store) without the
+        # lock, so repacks go on meanwhile. What they merge is left out below: its
+        # objects sit in a pack younger than the grace period now, and stay.
+        keep = mark()
+        lock.acquire()
+        try:
+            self.refresh()
+            chosen = [p for p in chosen if self._sealed.get(p.path.stem) is p]
+            loose = [item for item in loose if os.path.lexists(item[1])]
             swept: set[str] = set()
             freed = 0
             for pack in chosen:
-                for oid, loc in pack.locations():
+                for oid, size in pack.sizes():
                     if oid not in keep:
                         swept.add(oid)
-                        freed += loc[1] + RECORD_OVERHEAD
+                        freed += size
             swept.update(oid for oid, _p, _s in loose if oid not in keep)
             freed += sum(size for oid, _p, size in loose if oid not in keep)
             loose_kept = [(oid, path) for oid, path, _s in loose if oid in keep]
@@ -480,7 +576,7 @@ class ObjectStore:
         finally:
             lock.release()
 
-    def _replace_packs(self, old: list[SealedPack], merged: PackWriter) -> None:
+    def _replace_packs(self, old: list[SealedPack], merged: BlockPackWriter) -> None:
         """Put the sealed ``merged`` in the place of ``old`` (with ``locks/repack`` held)."""
         self._sealed[merged.name] = SealedPack(merged.path)
         for pack in old:
@@ -498,40 +594,66 @@ class ObjectStore:
         keep: set[str] | None = None,
         extra: list[tuple[str, str]] | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> PackWriter:
-        """One new sealed pack holding every object of ``packs`` (and the loose files
-        ``extra``) once, a good copy if any; with ``keep``, only the objects in it."""
-        merged = PackWriter(self.pack_dir, self._tmp_dir)
+    ) -> BlockPackWriter:
+        """One new sealed block pack holding every object of ``packs`` (and the loose
+        files ``extra``) once, a good copy if any; with ``keep``, only the objects in
+        it. A damaged copy with no good one is kept as it is, for fsck to report: a
+        plain record, or the whole block that cannot be read."""
+        self._before_blocks()
+        merged = BlockPackWriter(self.pack_dir, self._tmp_dir)
         copied: set[str] = set()
         damaged: dict[str, bytes] = {}
-        batch: list[tuple[str, bytes]] = []
+        broken: list[tuple[bytes, list[tuple[str, int, int]]]] = []
 
-        def stored_forms() -> Iterator[tuple[str, bytes]]:
+        def wanted(oid: str) -> bool:
+            return oid not in copied and (keep is None or oid in keep)
+
+        def take_stored(oid: str, stored: bytes) -> None:
+            if not wanted(oid):
+                return
+            try:
+                kind, body = objects.decode(oid, stored)
+            except CorruptObject:
+                damaged.setdefault(oid, stored)  # unless a good copy turns up
+                return
+            merged.add_content(oid, kind.encode("ascii") + b"\0" + body)
+            copied.add(oid)
+
+        try:
+            # Oldest first: what was written together stays together (a context's
+            # messages in few blocks), whatever order the packs were chosen in.
+            packs = sorted(packs, key=lambda pack: pack.sealed_at)
             for i, pack in enumerate(packs):
-                for oid, loc in pack.locations():
-                    yield oid, pack.read(loc)
+                for oid, stored in pack.plain_records():
+                    take_stored(oid, stored)
+                for record, content, members in pack.blocks():
+                    if content is None:
+                        broken.append((record, members))
+                        continue
+                    for oid, inner, length in members:
+                        if not wanted(oid):
+                            continue
+                        piece = content[inner : inner + length]
+                        try:
+                            objects.verified(oid, piece)
+                        except CorruptObject:
+                            damaged.setdefault(oid, objects.stored_as_is(piece))
+                            continue
+                        merged.add_content(oid, piece)
+                        copied.add(oid)
                 if progress:
                     progress(i + 1, len(packs))
             for oid, path in extra or []:
-                yield oid, read_file(path)
-
-        for oid, stored in stored_forms():
-            if oid in copied or (keep is not None and oid not in keep):
-                continue
-            try:
-                objects.decode(oid, stored)
-            except CorruptObject:
-                damaged.setdefault(oid, stored)  # unless a good copy turns up
-                continue
-            batch.append((oid, stored))
-            copied.add(oid)
-            if len(batch) >= 1024:
-                merged.add(batch)
-                batch = []
-        # A damaged object with no good copy is kept as it is, for fsck to report.
-        batch += [(oid, stored) for oid, stored in damaged.items() if oid not in copied]
-        merged.add(batch)
-        merged.seal()
+                take_stored(oid, read_file(path))
+            merged.add([(oid, stored) for oid, stored in damaged.items() if oid not in copied])
+            for record, members in broken:
+                left = [m for m in members if wanted(m[0])]
+                if left and record:
+                    merged.add_block_record(record, left)
+            merged.seal()
+        except BaseException:
+            merged.abandon()
+            raise
         return merged
 
     def _remove_leftovers(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Final
+from typing import Any, Final
 
 import blake3
 import zstandard
@@ -35,21 +35,23 @@ MAX_CONTENT_BYTES: Final = len("node") + 1 + MAX_OBJECT_BYTES
 _READ_CHUNK: Final = 1 << 20
 
 # zstandard's compressors and decompressors must not be used by two threads at
-# once (the interpreter crashes): each thread gets its own.
+# once (the interpreter crashes): each thread gets its own, one per use.
 _per_thread = threading.local()
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    made: zstandard.ZstdCompressor | None = getattr(_per_thread, "compressor", None)
-    if made is None:
-        made = _per_thread.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return made
+def thread_compressor(use: str = "object", **options: Any) -> zstandard.ZstdCompressor:
+    """This thread's compressor for ``use`` (made with ``options`` the first time)."""
+    made: dict[str, zstandard.ZstdCompressor] = _per_thread.__dict__.setdefault("c", {})
+    if use not in made:
+        made[use] = zstandard.ZstdCompressor(**(options or {"level": ZSTD_LEVEL}))
+    return made[use]
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    made: zstandard.ZstdDecompressor | None = getattr(_per_thread, "decompressor", None)
+def thread_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor."""
+    made: zstandard.ZstdDecompressor | None = getattr(_per_thread, "d", None)
     if made is None:
-        made = _per_thread.decompressor = zstandard.ZstdDecompressor()
+        made = _per_thread.d = zstandard.ZstdDecompressor()
     return made
 
 
@@ -73,7 +75,13 @@ def stored_form(kind: str, body: bytes) -> bytes:
             f"({MAX_OBJECT_BYTES:,} bytes)",
             "too large",
         )
-    return _FORMAT_ZSTD_BYTE + _compressor().compress(kind.encode("ascii") + b"\0" + body)
+    return _FORMAT_ZSTD_BYTE + thread_compressor().compress(kind.encode("ascii") + b"\0" + body)
+
+
+def stored_as_is(content: bytes) -> bytes:
+    """A stored form holding ``content`` unchecked: how a damaged object found in a
+    block is kept when packs are merged, for fsck to report."""
+    return _FORMAT_ZSTD_BYTE + thread_compressor().compress(content)
 
 
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
@@ -86,7 +94,12 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     if stored[:1] != _FORMAT_ZSTD_BYTE:
         why = f"unknown format byte 0x{stored[0]:02x}" if stored else "it is empty"
         raise CorruptObject(oid, why)
-    content = _decompressed(oid, memoryview(stored)[1:])
+    return verified(oid, _decompressed(oid, memoryview(stored)[1:]), kinds)
+
+
+def verified(oid: str, content: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:
+    """``(kind, body)`` of an object's content ``kind + NUL + body``, checked against its
+    id (a block pack holds contents, FORMAT.md 5.5)."""
     if blake3.blake3(content).hexdigest() != oid:
         raise CorruptObject(oid, "its content does not hash to its id")
     kind, _, body = content.partition(b"\0")
@@ -105,12 +118,12 @@ def _decompressed(oid: str, frame: memoryview) -> bytes:
                 oid, f"its zstd frame claims {size:,} bytes, over the limit of an object"
             )
         if size >= 0:  # the one-shot decompressor allocates what the header says
-            return _decompressor().decompress(frame)
+            return thread_decompressor().decompress(frame)
         # No size in the header (ags writes one, other writers may not): read in
         # chunks, so the limit, not the frame, decides what is allocated.
         chunks: list[bytes] = []
         total = 0
-        with _decompressor().stream_reader(frame, read_across_frames=False) as reader:
+        with thread_decompressor().stream_reader(frame, read_across_frames=False) as reader:
             while chunk := reader.read(_READ_CHUNK):
                 total += len(chunk)
                 if total > MAX_CONTENT_BYTES:

@@ -18,16 +18,23 @@ import blake3
 
 from .errors import DamagedIndex
 
-PACK_MAGIC: Final = b"AGSPACK\x01"
+PACK_MAGIC: Final = b"AGSPACK\x01"  # written by a handle as it appends (5.1)
+BLOCK_PACK_MAGIC: Final = b"AGSPACK\x02"  # sealed: objects compressed together (5.5)
 IDX_MAGIC: Final = b"AGSIDX\x01\x00"
+BLOCK_IDX_MAGIC: Final = b"AGSIDX\x02\x00"
 RECORD_HEAD: Final = struct.Struct("<B32sI")  # type | id | payload length
 IDX_HEAD: Final = struct.Struct("<8sQI")  # magic and version | pack length | count
 IDX_FANOUT: Final = struct.Struct("<256I")
 IDX_ENTRY: Final = struct.Struct("<32sQI")  # id | payload offset | payload length
+# version 2: id | payload offset of its record | offset in the block | length there
+BLOCK_IDX_ENTRY: Final = struct.Struct("<32sQII")
+BLOCK_ENTRY_HEAD: Final = struct.Struct("<32sI")  # id | length of kind + NUL + body
+NOT_IN_A_BLOCK: Final = 0xFFFFFFFF  # a v2 index entry of a plain object record
 ENTRIES_AT: Final = IDX_HEAD.size + IDX_FANOUT.size
 CHECKSUM_BYTES: Final = 32
 TYPE_OBJECT: Final = 1
 TYPE_REF: Final = 2
+TYPE_BLOCK: Final = 3  # version 2 only
 
 Location = tuple[int, int]  # (offset of the payload in the pack, its length)
 
@@ -43,7 +50,9 @@ def encode_record(rtype: int, raw_id: bytes, payload: bytes) -> bytes:
     return RECORD_HEAD.pack(rtype, raw_id, len(payload)) + payload
 
 
-def iter_records(data: bytes | memoryview, base: int = 0) -> Iterator[Record]:
+def iter_records(
+    data: bytes | memoryview, base: int = 0, types: tuple[int, ...] = (TYPE_OBJECT, TYPE_REF)
+) -> Iterator[Record]:
     """The records in ``data``, which starts at pack offset ``base``, in order.
 
     Stops before the first record that does not fit in ``data`` (one being
@@ -53,7 +62,7 @@ def iter_records(data: bytes | memoryview, base: int = 0) -> Iterator[Record]:
     pos, head, size = 0, RECORD_HEAD.size, len(data)
     while pos + head <= size:
         rtype, raw, length = RECORD_HEAD.unpack_from(data, pos)
-        if pos + head + length > size or rtype not in (TYPE_OBJECT, TYPE_REF):
+        if pos + head + length > size or rtype not in types:
             return
         yield Record(rtype, raw, (base + pos + head, length))
         pos += head + length
@@ -69,21 +78,55 @@ class Scan:
     end: int = 0
 
 
-def scan_buffer(data: bytes | memoryview, base: int) -> Scan:
-    """Every record of ``data`` (see ``iter_records``), sorted by type."""
-    scan = Scan(end=base)
-    for record in iter_records(data, base):
-        if record.type == TYPE_OBJECT:
-            scan.objects[record.raw_id.hex()] = record.location
+def scan_buffer(
+    data: bytes | memoryview, base: int, types: tuple[int, ...] = (TYPE_OBJECT, TYPE_REF)
+) -> Scan:
+    """Every record of ``data`` (as ``iter_records`` reads them), sorted by type (blocks
+    go with the ref updates: a checksum and where the payload is). Every process
+    that opens a store scans the packs being written: this loop is kept tight."""
+    objects: dict[str, Location] = {}
+    others: list[tuple[bytes, Location]] = []
+    unpack, head, size, pos = RECORD_HEAD.unpack_from, RECORD_HEAD.size, len(data), 0
+    while pos + head <= size:
+        rtype, raw, length = unpack(data, pos)
+        end = pos + head + length
+        if end > size or rtype not in types:
+            break
+        if rtype == TYPE_OBJECT:
+            objects[raw.hex()] = (base + pos + head, length)
         else:
-            scan.refs.append((record.raw_id, record.location))
-        scan.end = record.location[0] + record.location[1]
-    return scan
+            others.append((raw, (base + pos + head, length)))
+        pos = end
+    return Scan(objects, others, base + pos)
 
 
-def encode_index(entries: Iterable[tuple[str, Location]], pack_length: int) -> bytes:
-    """The index (5.3) of the objects ``entries`` (id -> where its payload is) of a
-    pack whose good part is ``pack_length`` bytes long."""
+def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:
+    """The uncompressed content of a block (5.5): ``id | length (u32 LE) | kind + NUL +
+    body`` for each object."""
+    return b"".join(BLOCK_ENTRY_HEAD.pack(bytes.fromhex(oid), len(c)) + c for oid, c in entries)
+
+
+def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
+    """(id, offset, length) of each object's ``kind + NUL + body`` in a block's content;
+    ValueError if the content does not divide into whole entries."""
+    pos, head, size = 0, BLOCK_ENTRY_HEAD.size, len(content)
+    while pos < size:
+        if pos + head > size:
+            raise ValueError(f"a block entry is cut at {pos}")
+        raw, length = BLOCK_ENTRY_HEAD.unpack_from(content, pos)
+        if pos + head + length > size:
+            raise ValueError(f"a block entry is cut at {pos}")
+        yield raw.hex(), pos + head, length
+        pos += head + length
+
+
+def encode_index(
+    entries: Iterable[tuple[str, tuple[int, ...]]], pack_length: int, version: int = 1
+) -> bytes:
+    """The index (5.3) of the objects ``entries`` of a pack whose good part is
+    ``pack_length`` bytes long: version 1 (id -> payload offset and length) or, for a
+    block pack, version 2 (id -> record payload offset, offset and length in it)."""
+    magic, entry = (IDX_MAGIC, IDX_ENTRY) if version == 1 else (BLOCK_IDX_MAGIC, BLOCK_IDX_ENTRY)
     ordered = sorted(entries)
     fanout = [0] * 256
     for oid, _ in ordered:
@@ -92,9 +135,9 @@ def encode_index(entries: Iterable[tuple[str, Location]], pack_length: int) -> b
         fanout[i] += fanout[i - 1]
     body = b"".join(
         [
-            IDX_HEAD.pack(IDX_MAGIC, pack_length, len(ordered)),
+            IDX_HEAD.pack(magic, pack_length, len(ordered)),
             IDX_FANOUT.pack(*fanout),
-            *(IDX_ENTRY.pack(bytes.fromhex(oid), off, n) for oid, (off, n) in ordered),
+            *(entry.pack(bytes.fromhex(oid), *where) for oid, where in ordered),
         ]
     )
     return body + blake3.blake3(body).digest()
@@ -104,6 +147,7 @@ class IndexHead(NamedTuple):
     pack_length: int
     entries: int
     fanout: tuple[int, ...]  # 257 numbers: entries before first byte i, then the count
+    version: int
 
 
 def parse_index(data: bytes | memoryview | mmap.mmap, name: str = "pack index") -> IndexHead:
@@ -113,11 +157,13 @@ def parse_index(data: bytes | memoryview | mmap.mmap, name: str = "pack index") 
     if len(data) < ENTRIES_AT + CHECKSUM_BYTES:
         raise DamagedIndex(f"{name} is truncated")
     magic, pack_length, count = IDX_HEAD.unpack_from(data, 0)
-    if magic != IDX_MAGIC:
+    if magic not in (IDX_MAGIC, BLOCK_IDX_MAGIC):
         raise DamagedIndex(f"{name} has an unknown format")
-    if len(data) != ENTRIES_AT + count * IDX_ENTRY.size + CHECKSUM_BYTES:
+    version = 1 if magic == IDX_MAGIC else 2
+    entry = IDX_ENTRY if version == 1 else BLOCK_IDX_ENTRY
+    if len(data) != ENTRIES_AT + count * entry.size + CHECKSUM_BYTES:
         raise DamagedIndex(f"{name} has the wrong length")
     fanout = IDX_FANOUT.unpack_from(data, IDX_HEAD.size)
     if fanout[-1] != count or list(fanout) != sorted(fanout):
         raise DamagedIndex(f"{name} has a damaged fanout table")
-    return IndexHead(pack_length, count, (0, *fanout))
+    return IndexHead(pack_length, count, (0, *fanout), version)

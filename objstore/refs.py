@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -64,7 +65,8 @@ class Journal(Protocol):
 
     def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None: ...
 
-    def sync(self) -> None: ...
+    def commit(self) -> None:
+        """Make the journal durable; the caller may lose its turn (turns.py) here."""
 
 
 def iso_time(t: float) -> str:
@@ -172,7 +174,10 @@ class RefStore:
         self._locks = locks
         self._tmp_dir = os.fspath(tmp_dir)
         self._staged: dict[str, _Staged] | None = None
-        self._stripes: dict[int, files.FileLock] = {}
+        # Per thread: flock excludes another open file, so two threads of a handle
+        # updating refs of one stripe take turns as two processes do.
+        self._per_thread = threading.local()
+        self._all_stripes: list[dict[int, files.FileLock]] = []
 
     # -- reading -------------------------------------------------------------
 
@@ -271,16 +276,24 @@ class RefStore:
 
     # -- writing -------------------------------------------------------------
 
+    def _stripes(self) -> dict[int, files.FileLock]:
+        stripes: dict[int, files.FileLock] | None = getattr(self._per_thread, "stripes", None)
+        if stripes is None:
+            stripes = self._per_thread.stripes = {}
+            self._all_stripes.append(stripes)
+        return stripes
+
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
         """Hold the striped lock of ``name``; the last OPEN_STRIPES lock files stay open."""
         stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
-        lock = self._stripes.pop(stripe, None)
+        stripes = self._stripes()
+        lock = stripes.pop(stripe, None)
         if lock is None:
             lock = files.FileLock(self._locks / f"ref-{stripe:02x}")
-            if len(self._stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
-                self._stripes.pop(next(iter(self._stripes))).release()
-        self._stripes[stripe] = lock  # most recently used last
+            if len(stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
+                stripes.pop(next(iter(stripes))).release()
+        stripes[stripe] = lock  # most recently used last
         lock.acquire()
         try:
             yield
@@ -288,7 +301,13 @@ class RefStore:
             lock.unlock()
 
     def transact(
-        self, name: str, reason: str, change: Change, *, journal: Journal | None = None
+        self,
+        name: str,
+        reason: str,
+        change: Change,
+        *,
+        journal: Journal | None = None,
+        log: bool = True,
     ) -> RefRecord | None:
         """Update one ref atomically; ``change(current)`` returns the new body or None to delete.
 
@@ -296,6 +315,8 @@ class RefStore:
         failed compare-and-swap) to leave the ref as it is. Returning the
         current body unchanged writes nothing. With a ``journal`` the update
         is journaled (see the module doc); inside a batch it is staged.
+        ``log=False`` writes no reflog line (an append: the parent chain is its
+        history, FORMAT.md 7).
         """
         check_ref_name(name)
         with self._lock(name):
@@ -313,7 +334,7 @@ class RefStore:
             # A creation is not logged: the first value is in the ref itself (a
             # fork's also in its metadata), so a new ref costs one file, not two.
             entries = []
-            if current is not None:
+            if current is not None and log:
                 target = record.target if record else None
                 entries.append(ReflogEntry(current.target, target, gen, now_iso(), reason))
             if self._staged is not None:
@@ -324,19 +345,19 @@ class RefStore:
                     )
                 st.record = record
                 st.entries += entries
-            elif journal is not None and entries:
+            elif journal is not None and current is not None and record is not None:
                 update = {
-                    "body": record.body if record else None,
-                    "log": entries[0].as_dict(),
+                    "body": record.body,
+                    "log": entries[0].as_dict() if entries else None,
                     "ref": name,
                 }
 
                 def journal_it() -> None:
                     # Last before the rename: an update that failed on the way (a full
                     # disk) leaves no durable record for recovery to replay.
-                    files_to_sync = [self.path(name), self.log_path(name)]
+                    files_to_sync = [self.path(name)] + ([self.log_path(name)] if entries else [])
                     journal.journal_ref_update(canonical.dumps(update), files_to_sync)
-                    journal.sync()
+                    journal.commit()
 
                 tmp = self._write_file(record, durable=False)
                 self._commit(name, tmp, entries, durable=False, before_install=journal_it)
@@ -453,7 +474,7 @@ class RefStore:
         for update in updates:
             try:
                 name = check_ref_name(update["ref"])
-                int(update["log"]["gen"])
+                _journaled_gen(update)
             except (KeyError, TypeError, ValueError, InvalidName):
                 continue
             by_ref.setdefault(name, []).append(update)
@@ -471,15 +492,15 @@ class RefStore:
                 have = current.generation if current else 0
             except StoreFormatError:
                 have = 0  # torn by a power loss: any journaled value is better
-            newer = [u for u in items if int(u["log"]["gen"]) > have]
-            limit = max([have, *(int(u["log"]["gen"]) for u in newer)])
+            newer = [u for u in items if _journaled_gen(u) > have]
+            limit = max([have, *(_journaled_gen(u) for u in newer)])
         else:
             limit = max(logged_gens, default=0)  # deleted since: restore lines up to the delete
         # The rename of a ref file can survive a power loss that its unsynced
         # reflog line does not: restore every journaled line the log lacks.
         lines = [
             ReflogEntry(log["old"], log["new"], int(log["gen"]), log["time"], log["reason"])
-            for log in (u["log"] for u in items)
+            for log in (u["log"] for u in items if u["log"] is not None)
             if int(log["gen"]) not in logged_gens and int(log["gen"]) <= limit
         ]
         if not newer:
@@ -493,6 +514,14 @@ class RefStore:
         self._commit(name, self._write_file(record, durable=True), lines, durable=True)
 
     def close(self) -> None:
-        for lock in self._stripes.values():
-            lock.release()
-        self._stripes.clear()
+        for stripes in self._all_stripes:
+            for lock in stripes.values():
+                lock.release()
+            stripes.clear()
+
+
+def _journaled_gen(update: dict[str, Any]) -> int:
+    """The generation a journaled update gave its ref: its reflog line's, or, for an
+    update that writes none (an append), its body's."""
+    log = update["log"]
+    return int(log["gen"] if log is not None else update["body"]["generation"])

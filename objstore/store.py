@@ -29,6 +29,7 @@ import inspect
 import os
 import re
 import secrets
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterator
@@ -78,7 +79,7 @@ from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2  # 2: block packs (FORMAT.md 5.5); stores of 1 are read as they are
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
@@ -222,6 +223,20 @@ def _create_store(root: Path) -> None:
     atomic_write(root / "tmp", root / CONFIG_FILE, marker)
 
 
+def upgrade_marker(root: Path) -> None:
+    """Raise the store marker to this version before anything only it can read is
+    written (FORMAT.md 2): an older ags then refuses the store instead of meeting
+    packs it cannot read."""
+    marker = root / CONFIG_FILE
+    try:
+        version = int(canonical.loads(read_file(marker))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # opening checked it; a marker removed meanwhile is not ours to write
+    if version < FORMAT_VERSION:
+        body = canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n"
+        atomic_write(root / "tmp", marker, body)
+
+
 def default_store_path() -> Path:
     """``$AGS_STORE``, else ``~/.ags``."""
     return Path(os.environ.get("AGS_STORE") or Path.home() / ".ags").expanduser().absolute()
@@ -255,12 +270,21 @@ class Store:
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
-        self.objects = ObjectStore(path / "objects", self.tmp_dir, self.refs.replay, path / "locks")
+        self.objects = ObjectStore(
+            path / "objects",
+            self.tmp_dir,
+            self.refs.replay,
+            path / "locks",
+            partial(upgrade_marker, path),
+            self._turns.leave,
+        )
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
         self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
         self._writers: dict[str, WriterLock] = {}
         self._tips: dict[str, _Tip] = {}  # per session this handle writes
+        # Per session: one append at a time, its fsync wait included (turns.py).
+        self._session_turns: dict[str, threading.Lock] = {}
         self._batch_depth = 0
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
         weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
@@ -332,9 +356,19 @@ class Store:
     def node(self, node_id: str) -> Node:
         return _read_node(self.objects, node_id)
 
+    def _node(self, node_id: str) -> Node:  # in a turn already
+        return _read_node(self.objects, node_id)
+
     def blob(self, blob_id: str) -> Any:
         """The JSON value stored in a blob."""
+        return self._blob(blob_id)
+
+    def _blob(self, blob_id: str) -> Any:
         kind, body = self.objects.get(blob_id)
+        return self._blob_value(blob_id, kind, body)
+
+    @staticmethod
+    def _blob_value(blob_id: str, kind: str, body: bytes) -> Any:
         if kind != "blob":
             raise CorruptObject(blob_id, f"expected a blob, found a {kind}")
         try:
@@ -439,6 +473,12 @@ class Store:
         if lock:
             lock.release()
 
+    def _session_turn(self, session: str) -> threading.Lock:
+        """The lock that lets one thread at a time append to a session through this
+        handle (taken in a turn: turn -> session, turns.py)."""
+        sid = self.session_id(session)
+        return self._session_turns.setdefault(sid, threading.Lock())
+
     def _writable(self, session: str) -> tuple[str, _Tip]:
         """Lock a session for writing; return its id and what a writer needs of it.
 
@@ -489,6 +529,16 @@ class Store:
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
         message_body, state_body = _checked_bodies(message, "message", state, meta)
+        with self._session_turn(session):
+            return self._append(session, message_body, state_body, meta)
+
+    def _append(
+        self,
+        session: str,
+        message_body: bytes,
+        state_body: bytes | None,
+        meta: dict[str, Any] | None,
+    ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
         message_id = self.objects.put("blob", message_body)
@@ -529,6 +579,17 @@ class Store:
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
+        with self._session_turn(session):
+            return self._compact(session, summary_body, state_body, keep, meta)
+
+    def _compact(
+        self,
+        session: str,
+        summary_body: bytes,
+        state_body: bytes | None,
+        keep: int,
+        meta: dict[str, Any] | None,
+    ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
         if parent is None:
@@ -568,7 +629,8 @@ class Store:
             return {**moved, "target": node_id}
 
         journal = None if self._batch_depth else self.objects
-        self.refs.transact(session_ref(sid), reason, move, journal=journal)
+        # No reflog line: the parent chain is the history of appends and compactions.
+        self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
         return Node(
             node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ()), span
         )
@@ -580,7 +642,11 @@ class Store:
         node_id = self.target(spec).node
         if node_id is None:
             return []
-        return [self.blob(blob_id) for blob_id in context_blobs(node_id, self.node)]
+        blob_ids = context_blobs(node_id, self._node)
+        return [
+            self._blob_value(blob_id, kind, body)
+            for blob_id, (kind, body) in zip(blob_ids, self.objects.get_many(blob_ids), strict=True)
+        ]
 
     def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
         """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip
@@ -727,7 +793,8 @@ class Store:
         """Whether ``node_id`` is on the chain of the session's head or of a head its
         reflog remembers (so that a rewind can be undone)."""
         rec = self.refs.read(session_ref(sid))
-        heads = {e.new for e in self.refs.reflog(session_ref(sid)) if e.new}
+        moves = self.refs.reflog(session_ref(sid))  # appends are not logged: olds count too
+        heads = {v for e in moves for v in (e.old, e.new) if v is not None}
         heads |= {rec.target} if rec and rec.target else set()
         seen: set[str] = set()
         for head in heads:

@@ -5,25 +5,53 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from objstore import Store, objects
+import blake3
+import zstandard
+
+from objstore import Store
+from objstore.pack_format import (
+    BLOCK_IDX_ENTRY,
+    ENTRIES_AT,
+    RECORD_HEAD,
+    TYPE_BLOCK,
+    encode_record,
+    parse_index,
+)
+from objstore.packs import rebuild_index
 
 
 def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
-    """A store with one session of one message whose stored form has one bit flipped.
+    """A store with one session of one message whose content has one bit flipped.
 
-    Returns (session id, message blob id, the pack holding it).
+    The sealed pack compresses objects together in blocks (FORMAT.md 5.5); the bit
+    is flipped in the message's content and its block compressed again, so the
+    block reads and only the message fails its id (a flipped bit on the disk
+    fails the whole block: tests/test_damaged_store.py). Returns (session id,
+    message blob id, the pack holding it).
     """
     with Store.open(path) as s:
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": text})
         blob = s.node(s.node_id(sid)).content
-        _, stored = objects.encode("blob", s.objects.get(blob)[1])
     pack = next((path / "objects" / "pack").glob("*.pack"))
-    data = bytearray(pack.read_bytes())
-    at = data.find(stored)
-    assert at > 0
-    data[at + len(stored) // 2] ^= 0x01  # one bit, in the middle of the message's record
-    pack.write_bytes(bytes(data))
+    index = pack.with_suffix(".idx")
+    data = index.read_bytes()
+    head = parse_index(data)
+    at = next(
+        ENTRIES_AT + i * BLOCK_IDX_ENTRY.size
+        for i in range(head.entries)
+        if data[ENTRIES_AT + i * BLOCK_IDX_ENTRY.size :].startswith(bytes.fromhex(blob))
+    )
+    _, off, inner, length = BLOCK_IDX_ENTRY.unpack_from(data, at)
+    packed = pack.read_bytes()
+    size = int.from_bytes(packed[off - 4 : off], "little")
+    content = bytearray(zstandard.ZstdDecompressor().decompress(packed[off : off + size]))
+    content[inner + length // 2] ^= 0x01  # one bit, in the middle of the message
+    frame = zstandard.ZstdCompressor(write_checksum=True).compress(bytes(content))
+    record = encode_record(TYPE_BLOCK, blake3.blake3(frame).digest(), frame)
+    pack.write_bytes(packed[: off - RECORD_HEAD.size] + record + packed[off + size :])
+    index.unlink()
+    rebuild_index(pack, path / "tmp")
     return sid, blob, pack
 
 

@@ -47,7 +47,7 @@ class Store:
     @classmethod
     def read(cls, root: Path) -> Store:
         marker = json.loads((root / "ags-store.json").read_bytes())  # 2
-        if marker != {"format": "ags-store", "version": 1}:
+        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2)):
             raise Unreadable(f"marker {marker}")
         store = cls(root)
         for sub in sorted((root / "objects").iterdir()):  # 4: loose objects
@@ -59,19 +59,36 @@ class Store:
             store._read_pack(pack)
         return store
 
-    def _read_pack(self, path: Path) -> None:  # 5.1 records, 5.3 the index
+    def _read_pack(self, path: Path) -> None:  # 5.1 records, 5.3 the index, 5.5 blocks
         data = path.read_bytes()
-        if data[:8] != b"AGSPACK\x01":
+        if data[:8] not in (b"AGSPACK\x01", b"AGSPACK\x02"):
             raise Unreadable(f"{path.name}: header {data[:8]!r}")
+        version = data[7]
         at, found = 8, {}
         while at + 37 <= len(data):
             rtype, raw, length = struct.unpack_from("<B32sI", data, at)
-            if rtype not in (1, 2) or at + 37 + length > len(data):
+            if rtype not in ((1, 2) if version == 1 else (1, 3)) or at + 37 + length > len(data):
                 break  # a torn tail
             payload = data[at + 37 : at + 37 + length]
             if rtype == 1:
-                found[raw.hex()] = (at + 37, length)
+                found[raw.hex()] = (
+                    (at + 37, length) if version == 1 else (at + 37, 2**32 - 1, length)
+                )
                 self.objects[raw.hex()] = decode_stored(raw.hex(), payload)
+            elif rtype == 3:
+                if blake3.blake3(payload).digest() != raw:
+                    raise Unreadable(f"{path.name}: block at {at} fails its checksum")
+                content = _unzstd.decompress(payload)
+                inner = 0
+                while inner < len(content):
+                    oid_raw, n = struct.unpack_from("<32sI", content, inner)
+                    piece = content[inner + 36 : inner + 36 + n]
+                    if blake3.blake3(piece).hexdigest() != oid_raw.hex():
+                        raise Unreadable(f"{oid_raw.hex()}: content does not hash to the id")
+                    kind, _, body = piece.partition(b"\0")
+                    self.objects[oid_raw.hex()] = (kind.decode(), body)
+                    found[oid_raw.hex()] = (at + 37, inner + 36, n)
+                    inner += 36 + n
             else:
                 kind, body = decode_stored(raw.hex(), payload)  # a ref update: a checksum
                 if kind != "ref" or set(json.loads(body)) != {"body", "log", "ref"}:
@@ -79,20 +96,24 @@ class Store:
             at += 37 + length
         idx = path.with_suffix(".idx")
         if idx.exists():
-            self._check_index(idx.read_bytes(), found)
+            self._check_index(idx.read_bytes(), found, version)
 
     @staticmethod
-    def _check_index(idx: bytes, found: dict[str, tuple[int, int]]) -> None:
+    def _check_index(idx: bytes, found: dict[str, tuple[int, ...]], version: int) -> None:
         magic, _pack_length, count = struct.unpack_from("<8sQI", idx, 0)
-        if magic != b"AGSIDX\x01\x00" or len(idx) != 8 + 8 + 4 + 1024 + 44 * count + 32:
+        size = 44 if version == 1 else 48
+        if magic != b"AGSIDX" + bytes([version, 0]) or len(idx) != 1044 + size * count + 32:
             raise Unreadable("index header")
         if blake3.blake3(idx[:-32]).digest() != idx[-32:]:
             raise Unreadable("index checksum")
         fanout = struct.unpack_from("<256I", idx, 20)
         entries = {}
         for i in range(count):
-            raw, off, length = struct.unpack_from("<32sQI", idx, 1044 + 44 * i)
-            entries[raw.hex()] = (off, length)
+            entry = struct.unpack_from(
+                "<32sQI" if version == 1 else "<32sQII", idx, 1044 + size * i
+            )
+            raw = entry[0]
+            entries[raw.hex()] = tuple(entry[1:])
             if fanout[raw[0]] <= i or (raw[0] and fanout[raw[0] - 1] > i):
                 raise Unreadable("index fanout")
         if entries != found:

@@ -26,6 +26,11 @@ ROWS = {
     "web_list",
     "web_transcript_first",
     "web_transcript",
+    "session_bytes",
+    "resume_uncompacted",
+    "live_reader",
+    "closed_reader",
+    "threads_8",
 }
 
 

@@ -107,7 +107,7 @@ COMMANDS = [
     (["info", "{b}", "--json"], '"unique_stored_bytes"'),
     (["archive", "{b}"], "archived"),
     (["unarchive", "{c}"], "unarchived"),
-    (["reflog", "{a}"], "compact"),
+    (["reflog", "{c}"], "archive"),
     (["diff", "{a}", "{b}"], "giraffes it is"),
     (["du"], "dedup"),
     (["du", "--json"], '"logical_bytes"'),

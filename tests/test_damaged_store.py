@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,15 @@ def ags(path: Path, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+DIE_AFTER_APPEND = """
+import os, sys
+from objstore import Store
+s = Store.open(sys.argv[1])
+s.append(sys.argv[2], {"role": "user", "content": "journaled"})
+os._exit(0)
+"""
+
+
 def three_sessions(path: Path) -> list[str]:
     """A store with three sessions of a few messages each, all in sealed packs."""
     sids = []
@@ -39,6 +50,7 @@ def three_sessions(path: Path) -> list[str]:
             sid = s.new_session(title=name)
             for i in range(3):
                 s.append(sid, {"role": "user", "content": f"{name} message {i}"})
+            s.set_title(sid, name.upper())  # a reflog line: appends write none
             sids.append(sid)
     return sids
 
@@ -139,7 +151,11 @@ def test_a_damaged_ref_update_record_is_named_by_fsck(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with Store.open(path) as s:
         sid = s.new_session()
-        s.append(sid, {"role": "user", "content": "journaled"})
+    # A writer that dies keeps its pack as written, journal included (a pack its
+    # writer seals is compressed into blocks, without its journal: FORMAT.md 5.5).
+    subprocess.run([sys.executable, "-c", DIE_AFTER_APPEND, str(path), sid], check=True)
+    with Store.open(path):
+        pass  # recovery seals it as it is
     (pack,) = packs(path)
     data = bytearray(pack.read_bytes())
     at = len(PACK_MAGIC)
@@ -232,6 +248,8 @@ def test_a_deleted_ref_file_whose_reflog_lives_on_is_named_by_fsck(tmp_path: Pat
 def test_a_damaged_reflog_line_is_named_by_fsck(tmp_path: Path) -> None:
     path = tmp_path / "store"
     _a, b, _c = three_sessions(path)
+    with Store.open(path) as s:
+        s.set_title(b, "beta, again")
     log = path / "logs" / "sessions" / b
     lines = log.read_bytes().split(b"\n")
     lines[1] = b"{not json"

@@ -50,13 +50,18 @@ def test_a_format_1_store_reads_as_it_did(old_store: Path) -> None:
         assert report.problems == []
 
 
-def test_a_format_1_store_takes_new_writes(old_store: Path) -> None:
+def test_a_format_1_store_takes_new_writes_and_becomes_version_2(old_store: Path) -> None:
     want = expected()
+    marker = old_store / "ags-store.json"
+    assert json.loads(marker.read_bytes())["version"] == 1
     sid = next(sid for sid in want if not sid.startswith("_") and want[sid]["title"] == "a fork")
     with Store.open(old_store) as s:
         s.append(sid, {"role": "user", "content": "written by this ags"})
         s.compact(sid, "summary by this ags", keep=1)
         fork = s.fork(sid)
+    # its first block pack raised the marker, so an ags of format 1 refuses it cleanly
+    assert json.loads(marker.read_bytes()) == {"format": "ags-store", "version": 2}
+    assert len(list((old_store / "objects" / "pack").glob("*.pack"))) == 3
     with Store.open(old_store) as s:
         assert s.context(sid)[0]["content"] == "summary by this ags"
         assert s.context(fork) == s.context(sid)

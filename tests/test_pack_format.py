@@ -67,7 +67,7 @@ def test_the_index_is_header_fanout_sorted_entries_and_a_blake3_checksum() -> No
     ("damage", "why"),
     [
         (lambda b: b[:40], "truncated"),
-        (lambda b: b"AGSIDX\x02" + b[7:], "unknown format"),
+        (lambda b: b"AGSIDX\x09" + b[7:], "unknown format"),
         (lambda b: b + b"\x00", "wrong length"),
         (lambda b: b[:20] + (9).to_bytes(4, "little") + b[24:], "fanout"),
     ],

@@ -34,7 +34,7 @@ from fs_recorder import DiskState, PowerCut
 
 from objstore import Store, UnknownSpec
 from objstore.fsck import check_store
-from objstore.pack_format import PACK_MAGIC
+from objstore.pack_format import BLOCK_PACK_MAGIC, PACK_MAGIC
 
 HERE = Path(__file__).parent
 VARIANTS = ("none", "all", "some", "some", "all-zeros")
@@ -165,7 +165,9 @@ def check_acknowledged(store: Store, marks: list[tuple[Any, ...]]) -> None:
 def check_state(cut: PowerCut, state: DiskState, where: Path, probe: bool) -> None:
     for path, data in state.files.items():  # a pack is never visible before its header
         if "/objects/pack/" in path and path.endswith(".pack"):
-            assert data[: len(PACK_MAGIC)] == PACK_MAGIC, f"{path} has no header"
+            assert data[: len(PACK_MAGIC)] in (PACK_MAGIC, BLOCK_PACK_MAGIC), (
+                f"{path} has no header"
+            )
     root = cut.materialize(state, where)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a power cut must not look like damage

@@ -126,3 +126,25 @@ def test_leftovers_of_crashes_are_removed_and_fresh_files_kept(tmp_path):
         assert not old_tmp.exists()
         assert fresh_tmp.exists()
         assert len(list(pack_dir.glob("*.idx"))) == len(list(pack_dir.glob("*.pack"))) == 1
+
+
+def test_gc_lets_repacks_run_while_it_marks(tmp_path):
+    from objstore import collect_garbage
+    from objstore.files import FileLock
+
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "user", "content": "kept"})
+    free_while_marking = []
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "mark" and done == 0:
+            lock = FileLock(path / "locks" / "repack")
+            free_while_marking.append(lock.acquire(blocking=False))
+            lock.release()
+
+    with Store.open(path) as s:
+        collect_garbage(s, grace=600, progress=progress)
+        assert s.context(sid) == [{"role": "user", "content": "kept"}]
+    assert free_while_marking == [True]

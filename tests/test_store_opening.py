@@ -63,7 +63,7 @@ def test_init_creates_a_private_store_once(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
     assert json.loads((path / "ags-store.json").read_bytes()) == {
         "format": "ags-store",
-        "version": 1,
+        "version": 2,
     }
     code, out, _err = ags(path, "init")
     assert code == 0 and out == f"an ags store is already at {path}\n"

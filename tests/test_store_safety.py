@@ -65,6 +65,11 @@ def append_one(path: Path, sid: str) -> None:
         s.append(sid, {"role": "user", "content": "one more"})
 
 
+def retitle(path: Path, sid: str) -> None:
+    with Store.open(path) as s:
+        s.set_title(sid, "renamed")
+
+
 def search(path: Path, _sid: str) -> None:
     with Store.open(path) as s, SearchIndex(s) as index:
         index.search("secret")
@@ -91,7 +96,7 @@ PLANTS: list[tuple[str, Callable[[Path, str], Path], Callable[[Path, str], None]
     ("writer lock", lambda p, sid: p / "locks" / "sessions" / sid, append_one),
     ("recovery lock", lambda p, sid: p / "locks" / "recovery", read_everything),
     ("repack lock", lambda p, sid: p / "locks" / "repack", repack),
-    ("reflog", lambda p, sid: p / "logs" / "sessions" / sid, append_one),
+    ("reflog", lambda p, sid: p / "logs" / "sessions" / sid, retitle),  # appends write none
     ("ref", lambda p, sid: p / "refs" / "sessions" / sid, append_one),
     ("store marker", lambda p, sid: p / "ags-store.json", read_everything),
     ("pack", lambda p, sid: first_pack(p), read_everything),

@@ -1,0 +1,150 @@
+"""The rows of store format 2's targets: bytes on disk, resuming a long uncompacted
+session, reading beside a live writer, and appends from eight threads at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from objstore import Store
+
+from .conversations import Conversation, Project, summary_text
+from .jsonl_store import JsonlStore
+from .live_writer import write_and_hold
+from .measure import disk_bytes, paired_medians, timed
+from .report import Row
+from .scenarios import BenchmarkError, Outcome, Sizes, _append_all, _check_same
+
+
+def session_bytes(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Bytes on disk of one session written by durable appends, the handle closed."""
+    messages = Conversation(project, seed=11).take(sizes.appends)
+    with Store.open(base / "ags") as store:
+        _append_all(store, store.new_session(title="bytes"), messages)
+    with JsonlStore(base / "jsonl") as jsonl:
+        _append_all(jsonl, jsonl.new_session(title="bytes"), messages)
+    ags_b, jsonl_b = disk_bytes(base / "ags"), disk_bytes(base / "jsonl")
+    n = len(messages)
+    row = Row("session_bytes", f"one {n:,}-msg session, disk", "B", ags_b, jsonl_b,
+              "ags <= 0.40x JSONL", ags_b <= 0.40 * jsonl_b)  # fmt: skip
+    note = (
+        f"bytes: {n:,} messages appended durably to one session, the store closed; "
+        "st_blocks*512 of the whole store directory (marker, refs, reflog, packs, "
+        "indexes, directories) against the JSONL file and its directory"
+    )
+    return Outcome([row], note)
+
+
+def resume_uncompacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Open + context of a long session that was never compacted, from a new handle."""
+    messages = Conversation(project, seed=12).take(sizes.fork_source)
+    with Store.open(base / "ags") as store:
+        sid = store.new_session()
+        _append_all(store, sid, messages)
+    with JsonlStore(base / "jsonl") as jsonl:
+        jid = jsonl.new_session()
+        _append_all(jsonl, jid, messages)
+
+    def ags() -> object:
+        with Store.open(base / "ags") as store:
+            return store.context(sid)
+
+    _check_same("uncompacted context", ags(), JsonlStore(base / "jsonl").context(jid))
+    ags_s, jsonl_s = paired_medians(
+        ags, lambda: JsonlStore(base / "jsonl").context(jid), sizes.resume_runs
+    )
+    n = len(messages)
+    row = Row("resume_uncompacted", f"resume {n:,} msgs, never compacted", "s", ags_s, jsonl_s,
+              "ags <= JSONL/2", ags_s <= jsonl_s / 2)  # fmt: skip
+    note = (
+        f"resume uncompacted: {n:,} messages appended durably, then a new Store and "
+        f"context() against reading and parsing the JSONL file; median of {sizes.resume_runs}"
+    )
+    return Outcome([row], note)
+
+
+def live_reader(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Open + context of a long compacted session while its writer runs, and after."""
+    total = sizes.resume_messages + sizes.resume_messages // 30
+    messages = Conversation(project, seed=13).take(total)
+    path = base / "ags"
+    with Store.open(path) as store:
+        sid = store.new_session()
+
+    def read() -> object:
+        with Store.open(path) as store:
+            return store.context(sid)
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    writer = ctx.Process(target=write_and_hold, args=(str(path), sid, messages, ready, stop))
+    writer.start()
+    try:
+        if not ready.wait(600):
+            raise BenchmarkError("the live writer did not finish its session")
+        live = statistics.median(timed(read)[0] for _ in range(sizes.resume_runs))
+        seen = read()
+    finally:
+        stop.set()
+        writer.join(60)
+    with JsonlStore(base / "jsonl") as jsonl:
+        jid = jsonl.new_session()
+        for i, message in enumerate(messages, 1):
+            jsonl.append(jid, message)
+            if i % 500 == 0:
+                jsonl.compact(jid, summary_text(seed=i), 4)
+    _check_same("context beside a live writer", seen, read())
+    closed, jsonl_s = paired_medians(
+        read, lambda: JsonlStore(base / "jsonl").context(jid), sizes.resume_runs
+    )
+    rows = [
+        Row("live_reader", f"open + context beside its live writer ({total:,} msgs)", "s",
+            live, jsonl_s, "live <= 1.5x closed", live <= 1.5 * closed),
+        Row("closed_reader", f"open + context, writer closed ({total:,} msgs)", "s",
+            closed, jsonl_s, "report only", None),
+    ]  # fmt: skip
+    note = (
+        f"live reader: a session of {total:,} messages compacted every 500, written by "
+        "a process that keeps its handle open; a new Store and context() while that "
+        "writer runs and after it closed (JSONL: the same file read and parsed); "
+        f"median of {sizes.resume_runs}"
+    )
+    return Outcome(rows, note)
+
+
+def threaded_appends(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Eight threads appending durably to eight sessions through one Store."""
+    per_thread = max(sizes.appends // 8, 10)
+    batches = [Conversation(project, seed=20 + t).take(per_thread) for t in range(8)]
+    with Store.open(base / "ags") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(8)]
+        ags_s = _threads(lambda t: _append_all(store, sids[t], batches[t]))
+    with Store.open(base / "ags") as store:
+        if any(store.session(sid).messages != per_thread for sid in sids):
+            raise BenchmarkError("a thread's appends are missing")
+    with JsonlStore(base / "jsonl") as jsonl:
+        jids = [jsonl.new_session() for _ in range(8)]
+        jsonl_s = _threads(lambda t: _append_all(jsonl, jids[t], batches[t]))
+    n = 8 * per_thread
+    row = Row("threads_8", f"durable appends, 8 threads x 8 sessions ({n:,} msgs)", "msg/s",
+              n / ags_s, n / jsonl_s, "ags >= 8,000/s", n / ags_s >= 8000)  # fmt: skip
+    note = (
+        f"threads: 8 threads, each appending {per_thread:,} messages to its own session "
+        "through one shared Store (each append durable when it returns); JSONL: 8 files, "
+        f"a write and an fsync per message; {os.cpu_count()} cores"
+    )
+    return Outcome([row], note)
+
+
+def _threads(work: object) -> float:
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]  # type: ignore[arg-type]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
