@@ -43,6 +43,7 @@ from .exchange import (
     import_document,
     read_document,
 )
+from .file_paths import check_file_path
 from .files import write_private_file
 from .fsck import FsckReport, Problem, check_store
 from .gc import GcReport, collect_garbage
@@ -53,7 +54,7 @@ from .limits import (
     depth_exceeds,
     parse_json,
 )
-from .nodes import Node, Span
+from .nodes import FileChange, Node, Span
 from .object_store import MIN_GRACE
 from .reflog import ReflogEntry
 from .resolve import Target, project_root
@@ -72,6 +73,7 @@ __all__ = [
     "CorruptObject",
     "DamagedIndex",
     "DamagedPack",
+    "FileChange",
     "FsckReport",
     "GcReport",
     "ImportResult",
@@ -105,6 +107,7 @@ __all__ = [
     "Target",
     "UnknownSpec",
     "UnsafeStore",
+    "check_file_path",
     "check_store",
     "collect_garbage",
     "content_text",

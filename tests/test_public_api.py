@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent
 PUBLIC = {
     # the store and what it returns
     "Store", "SessionInfo", "LogEntry", "Node", "Span", "Target", "ReflogEntry",
-    "project_root",
+    "project_root", "FileChange", "check_file_path",
     # the commands that look after a store, and what they report
     "check_store", "FsckReport", "Problem", "collect_garbage", "GcReport", "MIN_GRACE",
     "store_usage", "session_usage", "StoreUsage", "SessionUsage",
