@@ -10,7 +10,7 @@ the agent and the web pages use nothing else); the submodules are the
 engine's own business.
 """
 
-from .diff import SessionDiff, diff_sessions
+from .diff import FileDelta, SessionDiff, diff_files, diff_sessions
 from .errors import (
     AgsError,
     AmbiguousSpec,
@@ -74,6 +74,7 @@ __all__ = [
     "DamagedIndex",
     "DamagedPack",
     "FileChange",
+    "FileDelta",
     "FsckReport",
     "GcReport",
     "ImportResult",
@@ -112,6 +113,7 @@ __all__ = [
     "collect_garbage",
     "content_text",
     "depth_exceeds",
+    "diff_files",
     "diff_sessions",
     "encode_document",
     "export_session",

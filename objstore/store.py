@@ -854,10 +854,19 @@ class Store:
             if not held:
                 self.release(sid)
 
-    def rewind(self, session: str, spec: str) -> str:
+    def rewind(
+        self,
+        session: str,
+        spec: str,
+        *,
+        before_move: Callable[[str | None, str], None] | None = None,
+    ) -> str:
         """Move a session's head back to ``spec``, a node of its own history; return it.
 
         The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
+        ``before_move(old head, new head)`` runs once the rewind is known to be
+        valid, under the session's writer lock, before the head moves; if it
+        raises, the head does not move (what ``rewind --files`` puts files back in).
         """
         sid, tip = self._writable(session)
         node_id = self.node_id(spec)
@@ -865,6 +874,8 @@ class Store:
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
         old = tip.head.id if tip.head else None
+        if before_move is not None:
+            before_move(old, node_id)
 
         def move(current: RefRecord | None) -> Body:
             if current is None or current.target != old:

@@ -23,7 +23,7 @@ PUBLIC = {
     # the commands that look after a store, and what they report
     "check_store", "FsckReport", "Problem", "collect_garbage", "GcReport", "MIN_GRACE",
     "store_usage", "session_usage", "StoreUsage", "SessionUsage",
-    "diff_sessions", "SessionDiff",
+    "diff_sessions", "SessionDiff", "diff_files", "FileDelta",
     "export_session", "encode_document", "read_document", "import_document", "ImportResult",
     "write_private_file",
     "SearchIndex", "SearchHit", "fts_query", "content_text",
