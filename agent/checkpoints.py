@@ -51,17 +51,22 @@ def rewind_with_files(
     """
     sid = store.session_id(session)
     restored: list[Restored] = []
-    own = fs is None
-    project = fs if fs is not None else open_project(store, sid)
+    opened: list[ConfinedFS] = []
+
+    def put_back(old: str | None, new: str) -> None:
+        deltas = diff_files(store, old, new) if old is not None else []
+        if not deltas:
+            return  # nothing to put back: no project needed
+        project = fs
+        if project is None:
+            project = open_project(store, sid)
+            opened.append(project)
+        restored.extend(restore(store, project, deltas, force=force))
+
     try:
-
-        def put_back(old: str | None, new: str) -> None:
-            if old is not None:
-                restored.extend(restore(store, project, diff_files(store, old, new), force=force))
-
         node = store.rewind(sid, spec, before_move=put_back)
     finally:
-        if own:
+        for project in opened:
             project.close()
     return node, restored
 
