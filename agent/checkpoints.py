@@ -8,8 +8,11 @@ the agent created is removed, one it deleted or changed comes back
 (objstore's ``diff_files`` says which and what).
 
 A file that is not what the agent left there (changed by hand, by a shell
-command, replaced by a symlink or a directory) is not overwritten: the whole
-rewind is refused with the list, and nothing changes, unless forced. A file
+command, replaced by a symlink) is not overwritten: the whole rewind is
+refused with the list, and nothing changes, unless forced. Where no file can
+be put back even by force (a directory is there, a symlinked directory on
+the way leads out of the project, it cannot be read) the rewind is refused
+before anything is written, forced or not. A file
 that already holds what SPEC wants is left alone, so a rewind that stopped
 half-way (a full disk, a kill) can simply be run again. Shell commands are
 not recorded, so what they did is not undone.
@@ -92,6 +95,7 @@ def restore(
     files that hold something else, unless ``force``."""
     todo: list[tuple[FileDelta, bytes | None]] = []
     changed: list[tuple[str, str]] = []
+    blocked: list[tuple[str, str]] = []
     for delta in deltas:
         want = None if delta.b is None else store.file_bytes(delta.b)
         now, why = _current(fs, delta.path)
@@ -101,14 +105,25 @@ def restore(
         if why is None and now == expected:
             todo.append((delta, want))
             continue
+        if why in _BLOCKING or (why is not None and why.startswith(_UNREADABLE)):
+            blocked.append((delta.path, why))
         changed.append((delta.path, why or _difference(expected, now)))
         todo.append((delta, want))
+    if blocked:  # not even --force writes there: refused before anything is written
+        shown = "; ".join(f"{path} ({why})" for path, why in blocked[:10])
+        raise InvalidInput(f"cannot put back {len(blocked)} file(s): {shown}; nothing was changed")
     if changed and not force:
         raise FilesChanged(changed)
     done = []
     for delta, want in todo:
         done.append(_put(fs, delta.path, want))
     return done
+
+
+_DIRECTORY = "a directory is there now"
+_LEADS_OUT = "a symlink on its way leads out of the project"
+_UNREADABLE = "it cannot be read"
+_BLOCKING = frozenset({_DIRECTORY, _LEADS_OUT})  # a file cannot be put there, forced or not
 
 
 def _current(fs: ConfinedFS, path: str) -> tuple[bytes | None, str | None]:
@@ -120,15 +135,17 @@ def _current(fs: ConfinedFS, path: str) -> tuple[bytes | None, str | None]:
             return None, None
         if kind == "link":
             return None, "a symlink is there now"
+        if kind == "dir":
+            return None, _DIRECTORY
         if kind != "file":
-            return None, f"a {'directory' if kind == 'dir' else 'special file'} is there now"
+            return None, "a special file is there now"
         return fs.read_bytes(path, MAX_OBJECT_BYTES), None
     except FileTooLarge:
         return None, "it is bigger than any content the agent wrote"
     except OutsideRoot:
-        return None, "a symlink on its way leads out of the project"
+        return None, _LEADS_OUT
     except (ConfinedError, OSError) as exc:
-        return None, f"it cannot be read: {exc}"
+        return None, f"{_UNREADABLE}: {exc}"
 
 
 def _difference(expected: bytes | None, now: bytes | None) -> str:
@@ -140,11 +157,9 @@ def _difference(expected: bytes | None, now: bytes | None) -> str:
 
 
 def _put(fs: ConfinedFS, path: str, want: bytes | None) -> Restored:
-    """Write ``want`` at ``path`` (None: remove what is there). A symlink there is
-    removed first, not followed; a directory there is an error."""
+    """Write ``want`` at ``path`` (None: remove what is there). A symlink or special
+    file there is removed first, not followed (``restore`` refused a directory)."""
     kind = fs.kind(path, follow_last=False)
-    if kind == "dir":
-        raise InvalidInput(f"{path} is a directory now: move it away to put the file back")
     if kind is not None and (want is None or kind != "file"):
         fs.remove(path)
     if want is None:

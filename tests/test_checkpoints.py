@@ -188,7 +188,11 @@ def test_a_directory_symlinked_out_of_the_project_is_never_entered(
     (project / "sub").symlink_to(elsewhere)
     for force, words in (
         ([], "sub/inner.txt (a symlink on its way leads out of the project)"),
-        (["--force"], "sub/inner.txt leads outside the project root"),
+        (
+            ["--force"],
+            "cannot put back 1 file(s): sub/inner.txt (a symlink on its way leads "
+            "out of the project); nothing was changed",
+        ),
     ):
         out = ags(env, project, "rewind", sid, f"{sid}~3", "--files", *force)
         assert out.returncode == 1 and words in out.stderr
@@ -311,3 +315,30 @@ def test_store_records_what_an_in_process_agent_wrote(tmp_path: Path) -> None:
         (change,) = tool.node.files
         assert change == FileChange("x.txt", None, change.after)
         assert store.file_bytes(change.after) == b"x\n"
+
+
+def test_a_directory_in_a_files_place_stops_even_a_forced_rewind_before_any_write(
+    tmp_path: Path,
+) -> None:
+    from agent.checkpoints import rewind_with_files
+    from objstore import InvalidInput
+
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "a.txt").write_text("agent a\n")
+    (root / "b.txt").mkdir()  # where the agent wrote b.txt, a directory now
+    (root / "b.txt" / "keep").write_text("mine\n")
+    with Store.open(tmp_path / "store") as store:
+        sid = store.new_session(root=root)
+        store.append(sid, {"role": "user", "content": "edit"})
+        store.append(
+            sid,
+            {"role": "tool", "tool_call_id": "c", "name": "write_file", "content": "ok"},
+            files={"a.txt": (b"a\n", b"agent a\n"), "b.txt": (None, b"agent b\n")},
+        )
+        at = store.session(sid).head
+        with pytest.raises(InvalidInput, match=r"b\.txt \(a directory is there now\)"):
+            rewind_with_files(store, sid, f"{sid}~1", force=True)
+        assert (root / "a.txt").read_text() == "agent a\n"  # not written: nothing was
+        assert (root / "b.txt" / "keep").read_text() == "mine\n"
+        assert store.session(sid).head == at
