@@ -161,6 +161,10 @@ def _md_entry(entry: LogEntry) -> list[str]:
         ]
         out += _fence(_text(msg))
         out.append("")
+        for f in n.files:
+            out.append(f"- {_change_word(f.before, f.after)} {_md_code(f.path)}")
+        if n.files:
+            out.append("")
         return out
     out += [f"### {_md_inline(role)} <sub>{_md_inline(str(when))}</sub>", ""]
     if msg.get("thinking"):

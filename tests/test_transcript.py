@@ -138,3 +138,5 @@ def test_html_lists_the_files_a_tool_result_changed(tmp_path: Path) -> None:
     assert '<span class="change">created</span> <code>a.txt</code>' in lists[0]
     assert '<span class="change">changed</span> <code>d/&lt;script&gt;' in lists[0]
     assert '<span class="change">deleted</span> <code>gone.txt</code>' in lists[1]
+    markdown = export(path, sid, "md")
+    assert "- created `a.txt`" in markdown and "- deleted `gone.txt`" in markdown
