@@ -24,6 +24,7 @@ from objstore import (
     collect_garbage,
     export_session,
     import_document,
+    store_usage,
 )
 from objstore.canonical import dumps
 from objstore.limits import MAX_FILES_PER_NODE
@@ -256,3 +257,16 @@ def test_a_version_1_export_still_imports(tmp_path: Path) -> None:
         assert import_document(other, doc).action == "created"
         assert other.context(sid) == [{"role": "user", "content": "from before files"}]
     assert marker_version(tmp_path / "b") == 2
+
+
+def test_du_counts_file_objects_once_per_session_that_reaches_them(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        big = os.urandom(50_000)  # does not compress: its size shows
+        s.append(sid, {"role": "tool", "content": "x"}, files={"big.bin": (None, big)})
+        s.fork(sid)
+        usage = store_usage(s)
+    # Two sessions reach everything once each: logical is twice unique.
+    assert usage.unique_bytes > 50_000
+    assert usage.logical_bytes == 2 * usage.unique_bytes
