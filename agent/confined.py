@@ -207,11 +207,13 @@ class ConfinedFS:
                 raise FileTooLarge(path, max(size, len(data)), limit)
             return data
 
-    def kind(self, path: str) -> str | None:
+    def kind(self, path: str, *, follow_last: bool = True) -> str | None:
         """``"file"``, ``"dir"``, ``"other"`` for what ``path`` names (symlinks
-        followed within the root), or None when nothing is there."""
+        followed within the root), or None when nothing is there. With
+        ``follow_last`` False a symlink as the last component is ``"link"``,
+        wherever it points (symlinks before it are still followed)."""
         try:
-            spot = self._walk(path, follow_last=True)
+            spot = self._walk(path, follow_last=follow_last)
         except FileNotFoundError:
             return None
         try:
@@ -221,6 +223,10 @@ class ConfinedFS:
                 mode = os.stat(spot.last, dir_fd=spot.dir_fd, follow_symlinks=False).st_mode
             except FileNotFoundError:
                 return None
+            if stat.S_ISLNK(mode):
+                return "link"
+            if stat.S_ISDIR(mode):
+                return "dir"
             return "file" if stat.S_ISREG(mode) else "other"
         finally:
             spot.close()

@@ -23,6 +23,7 @@ an API key::
     │   ├── InvalidPath
     │   ├── NotRegularFile
     │   └── FileTooLarge
+    ├── FilesChanged               rewind --files met files changed since the agent wrote them
     └── SourceError                another agent's session file cannot be imported
 """
 
@@ -207,6 +208,21 @@ class FileTooLarge(ConfinedError):
         self.path = path
         self.size = size
         self.limit = limit
+
+
+class FilesChanged(AgsError):
+    """``rewind --files`` found files that changed since the agent's tools wrote them
+    (by hand, by a shell command); ``changed`` lists ``(path, what is there now)``.
+    Nothing was put back and the session did not move."""
+
+    def __init__(self, changed: list[tuple[str, str]]) -> None:
+        shown = "; ".join(f"{path} ({why})" for path, why in changed[:10])
+        more = f"; and {len(changed) - 10} more" if len(changed) > 10 else ""
+        super().__init__(
+            f"{len(changed)} file(s) changed since the agent wrote them: {shown}{more}; "
+            "nothing was changed (--force puts them back anyway)"
+        )
+        self.changed = changed
 
 
 class SourceError(AgsError):

@@ -51,6 +51,7 @@ from typing import Any, Final
 
 from objstore import InvalidInput, SessionArchived, Store
 
+from .checkpoints import Restored, rewind_with_files
 from .errors import ContextTooLong, ModelError
 from .messages import (
     CallIdFilter,
@@ -61,7 +62,7 @@ from .messages import (
 )
 from .models import ModelClient, ModelReply
 from .tokens import CHARS_PER_TOKEN, TokenCounter, add_usage, empty_usage, usage_meta
-from .tools import TOOLS, Toolbox, tool_schemas
+from .tools import TOOLS, FileChanges, Toolbox, tool_schemas
 
 TOOL_SCHEMAS: Final = tool_schemas()
 TOOL_SCHEMAS_TEXT: Final = json.dumps(TOOL_SCHEMAS)  # counted into every prompt's size
@@ -377,7 +378,7 @@ class Agent:
             name = str(call.get("name"))
             arguments: Any = call.get("arguments_raw", call.get("arguments"))
             try:
-                content, ok = self._run_one(name, arguments)
+                content, ok, files = self._run_one(name, arguments)
             except KeyboardInterrupt:
                 self._append(
                     _tool_message(call, "[ags] Interrupted by the user. If it had started, "
@@ -392,10 +393,10 @@ class Agent:
                 return False
             counts = self.state.setdefault("tool_calls", {})
             counts[name] = int(counts.get(name, 0)) + 1
-            self._append(_tool_message(call, content), state=last, meta={"ok": ok})
+            self._append(_tool_message(call, content), state=last, meta={"ok": ok}, files=files)
         return True
 
-    def _run_one(self, name: str, arguments: Any) -> tuple[str, bool]:
+    def _run_one(self, name: str, arguments: Any) -> tuple[str, bool, FileChanges]:
         spec = TOOLS.get(name)
         if spec is not None and spec.mutating and name not in self._always:
             with self.interrupts.interruptible():
@@ -404,12 +405,12 @@ class Agent:
                 self._always.add(name)
             elif answer != "yes":
                 self.events.tool_finished(name, "declined", False)
-                return "[ags] The user declined to run this tool call.", False
+                return "[ags] The user declined to run this tool call.", False, {}
         self.events.tool_started(name, arguments)
         with self.interrupts.interruptible():
             outcome = self.toolbox.run(name, arguments)
         self.events.tool_finished(name, outcome.content, outcome.ok)
-        return outcome.content, outcome.ok
+        return outcome.content, outcome.ok, outcome.files
 
     # -- context and compaction ------------------------------------------------
 
@@ -550,22 +551,43 @@ class Agent:
         return {**_reply_meta(answer), **usage_meta(answer.usage, prompt_estimate, reply_estimate)}
 
     def _append(
-        self, message: dict[str, Any], *, state: bool = False, meta: dict[str, Any] | None = None
+        self,
+        message: dict[str, Any],
+        *,
+        state: bool = False,
+        meta: dict[str, Any] | None = None,
+        files: FileChanges | None = None,
     ) -> str:
         return self.store.append(
-            self._session(), message, state=self.state if state else None, meta=meta or {}
+            self._session(),
+            message,
+            state=self.state if state else None,
+            meta=meta or {},
+            files=files or None,
         )
 
-    def rewind(self, steps: int) -> str:
-        """Move the session back ``steps`` messages; the state there comes back too."""
+    def rewind(
+        self, steps: int, *, files: bool = False, force: bool = False
+    ) -> tuple[str, list[Restored]]:
+        """Move the session back ``steps`` messages; the state there comes back too.
+        With ``files``, so do the files the tools changed since (checkpoints.py;
+        ``force`` overwrites files changed since the agent wrote them). Returns
+        the new head and the files put back."""
         if self.sid is None:
             raise InvalidInput("nothing to rewind: the session starts with the first answer")
-        node = self.store.rewind(self.sid, f"{self.sid}~{steps}")
+        spec = f"{self.sid}~{steps}"
+        restored: list[Restored] = []
+        if files:
+            node, restored = rewind_with_files(
+                self.store, self.sid, spec, force=force, fs=self.toolbox.files
+            )
+        else:
+            node = self.store.rewind(self.sid, spec)
         self.state.clear()
         self.state.update({**default_state(), **self.store.state_at(self.sid)})
         self._compacted = self._compacted_ids()
         self.tokens.forget()
-        return node
+        return node, restored
 
 
 def _answered(context: list[Message]) -> list[Message]:

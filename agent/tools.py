@@ -15,7 +15,12 @@ the user before running it. Approval is the loop's job, not the toolbox's.
   /workspace; a path that leaves the project root (by ``..``, an absolute path
   elsewhere, or a symlink that points out) is refused. Reads take regular
   files only and are bounded in bytes (READ_BYTES given back, SCAN_BYTES
-  read, EDIT_BYTES for an edit); writes replace a file atomically.
+  read, EDIT_BYTES for an edit); writes replace a file atomically. What
+  ``write_file`` and ``edit_file`` change is given back in
+  :attr:`ToolOutcome.files` (the content before and after), which the loop
+  stores on the tool result's node, so that ``rewind --files`` can put it
+  back (agent/checkpoints.py). A ``shell`` command's effects are not
+  recorded: they cannot be undone.
 * ``scratchpad`` and ``todo`` change only the agent state dict handed to the
   toolbox (``state["scratchpad"]: str``, ``state["todos"]: list of
   {"text": str, "done": bool}``); the loop persists it.
@@ -30,7 +35,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -38,7 +43,7 @@ from typing import Any, BinaryIO
 from agent.confined import ConfinedError, ConfinedFS, FileTooLarge, OutsideRoot
 from agent.messages import ARGUMENTS_DEPTH
 from agent.sandbox import WORKSPACE, Sandbox, SandboxError, truncate_middle
-from objstore import NestingTooDeep, parse_json
+from objstore import MAX_OBJECT_BYTES, InvalidInput, NestingTooDeep, check_file_path, parse_json
 
 RESULT_LIMIT = 40_000
 """Characters of a tool result the model gets; the middle of a longer one is cut.
@@ -86,12 +91,18 @@ class ToolSpec:
         }
 
 
+FileChanges = dict[str, tuple[bytes | None, bytes | None]]
+"""Project-relative path -> (content before, content after); None: no file."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    """What a tool call gives back to the model; ``ok`` is False for any failure."""
+    """What a tool call gives back to the model; ``ok`` is False for any failure.
+    ``files``: what it changed in the project (write_file, edit_file)."""
 
     content: str
     ok: bool
+    files: FileChanges = field(default_factory=dict)
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -234,6 +245,7 @@ class Toolbox:
         self.sandbox = sandbox
         self.state = state
         self.result_limit = result_limit
+        self._changed: FileChanges = {}  # what the running call changed
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
             "shell": self._shell,
             "read_file": self._read_file,
@@ -251,6 +263,7 @@ class Toolbox:
             return ToolOutcome(
                 f"error: there is no tool {name!r}; the tools are {', '.join(TOOLS)}", False
             )
+        self._changed = {}
         try:
             args = _checked_arguments(spec, arguments)
             content = self._handlers[name](args)
@@ -271,7 +284,8 @@ class Toolbox:
         except OSError as exc:
             content, ok = f"error: {_os_error(exc)}", False
         content, _ = truncate_middle(content, self.result_limit)
-        return ToolOutcome(content, ok)
+        changed, self._changed = self._changed, {}
+        return ToolOutcome(content, ok, changed)
 
     def close(self) -> None:
         """Let go of the project's directory fd (a dropped toolbox does so when collected)."""
@@ -360,10 +374,12 @@ class Toolbox:
 
     def _write_file(self, args: dict[str, Any]) -> str:
         data = _utf8(args["content"], "content")
+        before = self._content_before(args["path"])
         try:
             written = self.files.write_bytes(args["path"], data)
         except IsADirectoryError:
             raise _ToolFailed(f"{args['path']} is a directory") from None
+        self._record(written.path, before, data)
         verb = "created" if written.created else "replaced"
         return f"{verb} {written.path} ({len(data)} bytes)"
 
@@ -397,8 +413,35 @@ class Toolbox:
         at = text.index(old)
         new = _utf8(text[:at] + args["new"] + text[at + len(old) :], "new")
         written = self.files.write_bytes(given, new, make_parents=False)
+        self._record(written.path, raw, new)
         line = text.count("\n", 0, at) + 1
         return f"edited {written.path}: replaced 1 occurrence at line {line}"
+
+    def _content_before(self, path: str) -> bytes | None:
+        """What a write to ``path`` will replace: the regular file's bytes, or None.
+        A file too big to keep as one object is refused: its write could not be undone."""
+        try:
+            if self.files.kind(path) != "file":
+                return None  # nothing there yet (a directory or device fails the write)
+            return self.files.read_bytes(path, MAX_OBJECT_BYTES)
+        except FileNotFoundError:
+            return None
+        except FileTooLarge as exc:
+            raise _ToolFailed(
+                f"{path} is {exc.size} bytes, more than ags keeps to undo a write "
+                f"({MAX_OBJECT_BYTES}): change it with shell"
+            ) from None
+
+    def _record(self, path: str, before: bytes | None, after: bytes) -> None:
+        """Remember what this call changed, for the tool result's node."""
+        if before == after:
+            return
+        try:
+            check_file_path(path)
+        except InvalidInput:
+            return  # a name the store cannot record (not UTF-8): the write stands unrecorded
+        first = self._changed.get(path, (before, after))[0]
+        self._changed[path] = (first, after)
 
     def _list_files(self, args: dict[str, Any]) -> str:
         given = args.get("path", ".")

@@ -161,6 +161,10 @@ def _md_entry(entry: LogEntry) -> list[str]:
         ]
         out += _fence(_text(msg))
         out.append("")
+        for f in n.files:
+            out.append(f"- {_change_word(f.before, f.after)} {_md_code(f.path)}")
+        if n.files:
+            out.append("")
         return out
     out += [f"### {_md_inline(role)} <sub>{_md_inline(str(when))}</sub>", ""]
     if msg.get("thinking"):
@@ -315,6 +319,8 @@ details.call{border:1px solid var(--line);border-radius:.4rem;padding:.2rem .5re
 background:var(--bg)}details.call>summary{color:var(--fg)}
 .result{border-top:1px dashed var(--line);margin-top:.3rem;padding-top:.3rem}
 .ok{color:#1a7f37}.failed{color:#cf222e}
+.files-changed{list-style:none;margin:.3rem 0;padding:0;font-size:.85rem}
+.files-changed .change{color:var(--muted);display:inline-block;min-width:4.5rem}
 .marker{border-left:4px solid #c98a00;background:var(--mark);padding:.6rem .8rem;margin:1rem 0;
 border-radius:.3rem}.marker>strong{display:block}
 """
@@ -443,7 +449,7 @@ def entry_html(shown: ShownEntry, controls: Controls = _no_controls) -> str:
         label = f'<span class="role">tool result · {text_html(str(name))}</span>'
         return (
             f'<article class="msg tool{outside}" {ident}>{_header(entry, label, controls)}'
-            f"{_output(msg, entry)}</article>"
+            f"{_output(msg, entry)}{_files_html(entry)}</article>"
         )
     body = []
     if msg.get("thinking"):
@@ -501,9 +507,28 @@ def _call_html(call: ToolCall, controls: Controls) -> str:
         head = _header(r, '<span class="role">result</span>', controls)
         result = (
             f'<div class="result" id="{anchor(r.id)}" data-node="{r.id}">{head}'
-            f"{_output(_message(r), r)}</div>"
+            f"{_output(_message(r), r)}{_files_html(r)}</div>"
         )
     return f'<details class="call" data-call="{e(call.id)}">{summary}{shown_args}{result}</details>'
+
+
+def _files_html(entry: LogEntry) -> str:
+    """The files a tool result's node says its call changed (FORMAT.md 4.2), one per
+    line: what the store knows, where the call's arguments only say what was asked."""
+    if not entry.node.files:
+        return ""
+    items = "".join(
+        f'<li><span class="change">{_change_word(f.before, f.after)}</span> '
+        f"<code>{text_html(f.path)}</code></li>"
+        for f in entry.node.files
+    )
+    return f'<ul class="files-changed">{items}</ul>'
+
+
+def _change_word(before: str | None, after: str | None) -> str:
+    if before is None:
+        return "created"
+    return "deleted" if after is None else "changed"
 
 
 def _short_arguments(call: ToolCall) -> str:

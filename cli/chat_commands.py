@@ -53,7 +53,10 @@ CHAT_HELP: Final = """\
 \\fork             fork here; prints the new id (resume it with ags chat --resume ID)
 \\compact [focus]  summarise older turns now
 \\log              the last messages
-\\rewind N         go back N messages (undo: ags rewind ID ID@{1})
+\\rewind N [--files [--force]]
+                  go back N messages (undo: ags rewind ID ID@{1}); --files also
+                  puts back what write_file and edit_file changed since (not
+                  what shell commands did: they cannot be undone)
 \\show N, \\last    the Nth tool result of this chat, or the last one, in full
 \\exit             leave (Ctrl-D too)"""
 
@@ -151,12 +154,24 @@ class ChatCommands:
             entries = list(store.log(sid))[:10][::-1]
             self.out.long([line for e in entries for line in entry_lines(e, oneline=True)])
         elif name == "rewind":
-            steps = int(arg) if arg.isdigit() else 0
-            if steps < 1:
-                raise click.UsageError("\\rewind needs a number of messages, like \\rewind 2")
-            node = agent.rewind(steps)
+            words = arg.split()
+            steps = int(words[0]) if words and words[0].isdigit() else 0
+            flags = set(words[1:])
+            if (
+                steps < 1
+                or flags - {"--files", "--force"}
+                or ("--force" in flags) > ("--files" in flags)
+            ):
+                raise click.UsageError(
+                    "\\rewind needs a number of messages, like \\rewind 2 or \\rewind 2 --files"
+                )
+            files = "--files" in flags
+            node, restored = agent.rewind(steps, files=files, force="--force" in flags)
+            for item in restored:
+                self.out.line(visible(f"  {item.action:<8} {item.path}"))
+            undo = " --files" if files else ""
             self.out.line(
-                f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}"
+                f"rewound to {short(node)}; undo: ags rewind {short(sid)} {short(sid)}@{{1}}{undo}"
             )
 
     def _show(self, name: str, arg: str) -> None:

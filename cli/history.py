@@ -16,11 +16,13 @@ from objstore import (
     SearchIndex,
     SessionInfo,
     Store,
+    diff_files,
     diff_sessions,
     fts_query,
 )
 
 from .app import cli, open_store
+from .file_diff import change_lines, change_word, delta_lines
 from .output import (
     color_enabled,
     emit_json,
@@ -53,6 +55,8 @@ def entry_json(entry: LogEntry) -> dict[str, Any]:
     }
     if n.is_compaction:
         out["kept"] = list(n.kept)
+    if n.files:
+        out["files"] = [{"path": f.path, "before": f.before, "after": f.after} for f in n.files]
     return out
 
 
@@ -223,8 +227,8 @@ def _log_graph(store: Store, spec: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def show(ctx: click.Context, spec: str, as_json: bool) -> None:
-    """One node in full: its message, meta (time, model, token usage), and the
-    agent state in force there.
+    """One node in full: its message, meta (time, model, token usage), the files
+    its tool call changed (write_file, edit_file), and the agent state in force there.
 
     \b
     Examples:
@@ -244,6 +248,8 @@ def show(ctx: click.Context, spec: str, as_json: bool) -> None:
         lines.append(visible(f"{key:<8} {json.dumps(value, ensure_ascii=False)}"))
     if node.is_compaction:
         lines.append(f"kept     {', '.join(short(k) for k in node.kept) or '-'}")
+    if node.files:
+        lines += [f"files    {len(node.files)} changed", *change_lines(node.files)]
     if isinstance(entry.message, dict):
         lines += ["", *_full_message(entry.message)]
     else:
@@ -267,15 +273,29 @@ def _full_message(msg: dict[str, Any]) -> list[str]:
 @cli.command()
 @click.argument("a")
 @click.argument("b")
+@click.option(
+    "--files",
+    "files",
+    is_flag=True,
+    help="Show how the files the agent's tools changed differ from A to B.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
+def diff(ctx: click.Context, a: str, b: str, files: bool, as_json: bool) -> None:
     """Where two sessions part: their common ancestor and the messages unique to each.
 
+    With --files: a unified diff, from A to B, of each file that write_file or
+    edit_file changed between them (binary files are named, not shown). What
+    shell commands changed is not recorded.
+
     \b
-    Example:
+    Examples:
       ags diff 3f2a 9c8d
-    """
+      ags diff 3f2a~4 3f2a --files
+    """  # fmt: skip
+    if files:
+        _diff_files(open_store(ctx), a, b, as_json)
+        return
     result = diff_sessions(open_store(ctx), a, b)
     if as_json:
         emit_json({
@@ -290,6 +310,21 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
         for e in entries:
             lines += ["  " + line for line in entry_lines(e, oneline=True)]
         lines.append("")
+    emit_lines(lines)
+
+
+def _diff_files(store: Store, a: str, b: str, as_json: bool) -> None:
+    deltas = diff_files(store, a, b)
+    if as_json:
+        emit_json([{"path": d.path, "a": d.a, "b": d.b} for d in deltas])
+        return
+    if not deltas:
+        emit_lines(["no file the agent changed differs between them"])
+        return
+    lines = []
+    for d in deltas:
+        lines.append(style(visible(f"{change_word(d.a, d.b)} {d.path}"), bold=True))
+        lines += delta_lines(store, d)
     emit_lines(lines)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from agent.checkpoints import rewind_with_files
 from agent.tokens import describe_usage
 from objstore import InvalidInput, session_usage
 
@@ -136,24 +137,52 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @cli.command()
 @click.argument("session")
 @click.argument("spec")
+@click.option(
+    "--files",
+    is_flag=True,
+    help="Also put back the files write_file and edit_file changed after SPEC.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --files: overwrite files that changed since the agent wrote them.",
+)
 @click.pass_context
-def rewind(ctx: click.Context, session: str, spec: str) -> None:
+def rewind(ctx: click.Context, session: str, spec: str, files: bool, force: bool) -> None:
     """Move SESSION's head back to SPEC, a node of its own history.
 
     The reflog keeps the old head, so a rewind is undone with
-    ``ags rewind SESSION SESSION@{1}``.
+    ``ags rewind SESSION SESSION@{1}`` (with --files, its files too).
+
+    With --files, each file the agent's write_file and edit_file changed after
+    SPEC gets back what it held at SPEC: a file the agent created is removed,
+    one it changed or deleted comes back. A file that changed since the agent
+    wrote it (by hand, by a shell command, a symlink put there) is not
+    overwritten: the rewind is refused with the list, unless --force. What
+    shell commands did is not recorded and cannot be undone.
 
     \b
     Examples:
       ags rewind 3f2a 3f2a~2
+      ags rewind 3f2a 3f2a~4 --files
       ags rewind 3f2a 3f2a@{1}      # undo
-    """
+    """  # fmt: skip
+    if force and not files:
+        raise click.UsageError("--force only applies with --files")
     store = open_store(ctx)
     sid = store.session_id(session)
     old = store.session(sid).head
-    new = store.rewind(sid, spec)
+    if files:
+        new, restored = rewind_with_files(store, sid, spec, force=force)
+    else:
+        new, restored = store.rewind(sid, spec), []
     click.echo(f"session {short(sid)} now at {short(new)} (was {short(old)})")
-    click.echo(f"undo: ags rewind {short(sid)} {short(sid)}@{{1}}")
+    for item in restored:
+        click.echo(visible(f"  {item.action:<8} {item.path}"))
+    if files and not restored:
+        click.echo("  no file to put back")
+    undo = " --files" if files else ""
+    click.echo(f"undo: ags rewind {short(sid)} {short(sid)}@{{1}}{undo}")
 
 
 @cli.command()

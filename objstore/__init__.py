@@ -10,7 +10,7 @@ the agent and the web pages use nothing else); the submodules are the
 engine's own business.
 """
 
-from .diff import SessionDiff, diff_sessions
+from .diff import FileDelta, SessionDiff, diff_files, diff_sessions
 from .errors import (
     AgsError,
     AmbiguousSpec,
@@ -43,6 +43,7 @@ from .exchange import (
     import_document,
     read_document,
 )
+from .file_paths import check_file_path
 from .files import write_private_file
 from .fsck import FsckReport, Problem, check_store
 from .gc import GcReport, collect_garbage
@@ -53,7 +54,7 @@ from .limits import (
     depth_exceeds,
     parse_json,
 )
-from .nodes import Node, Span
+from .nodes import FileChange, Node, Span
 from .object_store import MIN_GRACE
 from .reflog import ReflogEntry
 from .resolve import Target, project_root
@@ -72,6 +73,8 @@ __all__ = [
     "CorruptObject",
     "DamagedIndex",
     "DamagedPack",
+    "FileChange",
+    "FileDelta",
     "FsckReport",
     "GcReport",
     "ImportResult",
@@ -105,10 +108,12 @@ __all__ = [
     "Target",
     "UnknownSpec",
     "UnsafeStore",
+    "check_file_path",
     "check_store",
     "collect_garbage",
     "content_text",
     "depth_exceeds",
+    "diff_files",
     "diff_sessions",
     "encode_document",
     "export_session",

@@ -3,7 +3,9 @@
 The document (schema: ``export.schema.json``, also ``docs/export.schema.json``)
 holds the session's metadata, its head, and every object the head reaches,
 decoded, each with its id. It is readable without ags: an id is the BLAKE3 of
-``kind + NUL + canonical JSON of body``.
+``kind + NUL + canonical JSON of body``, or for a ``file`` object (version 2)
+of ``file + NUL + its bytes``, which the document holds in base64 as ``data``.
+Documents of version 1 (no file objects) import as they always did.
 
 Import trusts nothing in the file. It reads no more than the document limit,
 parses with a nesting limit, checks the schema, recomputes every id, checks
@@ -17,6 +19,8 @@ session that has diverged is refused. The limits are in ``limits.py``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import stat
@@ -53,7 +57,7 @@ from .store import META_FIELDS, Store, new_session_id
 from .walk import walk
 
 EXPORT_FORMAT: Final = "ags-export"
-EXPORT_VERSION: Final = 1
+EXPORT_VERSION: Final = 2  # 2: file objects and nodes' ``files`` (FORMAT.md 12)
 READ_CHUNK: Final = 1 << 20
 TIME_FIELDS: Final = ("created", "updated", "archived_at")  # session times import checks
 SCHEMA_PATH: Final = Path(__file__).with_name("export.schema.json")
@@ -116,15 +120,21 @@ def _objects_from(store: Store, head: str | None) -> Any:
         for link in node_links(store.node(nid)):
             if link.target in seen:
                 continue
-            if link.kind == "blob":
+            if link.kind != "node":
                 seen.add(link.target)
-                kind, body = store.raw_object(link.target)
-                yield {"id": link.target, "kind": kind, "body": canonical.loads(body)}
+                yield _exported(link.target, *store.raw_object(link.target))
             elif link.field == "parent":
                 later.insert(0, link.target)  # popped last: the chain reads newest first
             else:
                 later.append(link.target)
         stack += later
+
+
+def _exported(oid: str, kind: str, body: bytes) -> dict[str, Any]:
+    """A leaf object as the document holds it: a blob decoded, a file in base64."""
+    if kind == "file":
+        return {"id": oid, "kind": kind, "data": base64.b64encode(body).decode("ascii")}
+    return {"id": oid, "kind": kind, "body": canonical.loads(body)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,14 +219,21 @@ def check_document(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, bytes]], d
     where: dict[str, str] = {}
     for i, obj in enumerate(doc["objects"]):
         place = f"$.objects[{i}]"
-        try:
-            canonical.check_json(obj["body"], f"{place}.body", MAX_DEPTH)
-            body = canonical.dumps(obj["body"], f"{place}.body")
-        except AgsError as e:
-            raise BadExport(str(e)) from None
+        if obj["kind"] == "file":
+            if version == 1:
+                raise BadExport(f"{place}: a file object needs export version 2")
+            field = f"{place}.data"
+            body = _file_data(obj["data"], field)
+        else:
+            field = f"{place}.body"
+            try:
+                canonical.check_json(obj["body"], field, MAX_DEPTH)
+                body = canonical.dumps(obj["body"], field)
+            except AgsError as e:
+                raise BadExport(str(e)) from None
         if len(body) > MAX_OBJECT_BYTES:
             raise BadExport(
-                f"{place}.body: {len(body):,} bytes, over the limit of one object "
+                f"{field}: {len(body):,} bytes, over the limit of one object "
                 f"({MAX_OBJECT_BYTES:,} bytes)"
             )
         oid = objects.object_id(obj["kind"], body)
@@ -257,6 +274,14 @@ def check_document(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, bytes]], d
         if session["messages"] != count:
             raise BadExport(f"$.session.messages: says {session['messages']}, head has {count}")
     return by_id, nodes
+
+
+def _file_data(text: str, where: str) -> bytes:
+    """The bytes of a file object's ``data`` (standard base64, padded)."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadExport(f"{where}: not base64 ({e})") from None
 
 
 def _check_schema(doc: dict[str, Any]) -> None:

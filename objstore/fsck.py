@@ -75,7 +75,7 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
                 nodes[oid] = parse_node(oid, body)
             except ObjectError as e:
                 problems.append(Problem(oid, str(e).removeprefix(f"object {oid} ")))
-        else:
+        elif kind == "blob":  # a file object's body is any bytes
             try:
                 canonical.loads(body)  # within the format's limits, as every read needs it
             except ValueError as e:

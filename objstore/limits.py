@@ -40,6 +40,16 @@ DOCUMENT_DEPTH: Final = MAX_DEPTH + 3
 """Nesting of an export document: an object's body sits 3 containers deep
 (the document, ``objects``, the object)."""
 
+MAX_FILE_PATH_BYTES: Final = 4096
+"""UTF-8 bytes of one path a node's ``files`` names (Linux's PATH_MAX); each part of
+it at most ``MAX_FILE_NAME_BYTES`` (NAME_MAX), so any recorded path can be made again."""
+
+MAX_FILE_NAME_BYTES: Final = 255
+
+MAX_FILES_PER_NODE: Final = 1000
+"""Paths in one node's ``files``: a tool call changes one file or a few; a node
+naming more is not one ags writes, and the bound keeps a node small to read."""
+
 MAX_INDEXED_CHARS: Final = 1024 * 1024
 """Characters of one message's text that search indexes (the start of it).
 Search's cost per hit (a snippet re-reads the text) is bounded by this, not by

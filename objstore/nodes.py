@@ -25,14 +25,18 @@ repeats what the chain says; it never changes the meaning of the history.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from . import canonical
-from .errors import CorruptObject
+from .errors import CorruptObject, InvalidInput
+from .file_paths import check_file_path
+from .limits import MAX_FILES_PER_NODE
 
 NodeType = Literal["message", "compaction"]
 SPAN_EVERY: Final = 16
+_ID: Final = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,17 @@ class Span:
 
     after: str | None
     messages: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file a node changed: its content before and after, as ids of ``file``
+    objects; None where the file did not exist (``before`` None: created;
+    ``after`` None: deleted)."""
+
+    path: str
+    before: str | None
+    after: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +71,7 @@ class Node:
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     kept: tuple[str, ...] = ()
     span: Span | None = None
+    files: tuple[FileChange, ...] = ()  # sorted by path
 
     @property
     def is_compaction(self) -> bool:
@@ -71,6 +87,7 @@ def node_body(
     meta: dict[str, Any],
     kept: list[str] | None = None,
     span: Span | None = None,
+    files: tuple[FileChange, ...] = (),
 ) -> bytes:
     body: dict[str, Any] = {
         "type": type,
@@ -83,6 +100,12 @@ def node_body(
         body["message"] = content
         if span is not None:
             body["span"] = {"after": span.after, "messages": list(span.messages)}
+        if files:
+            body["files"] = {
+                f.path: {side: oid for side, oid in (("before", f.before), ("after", f.after))
+                         if oid is not None}
+                for f in files
+            }  # fmt: skip
     else:
         body["summary"] = content
         body["kept"] = list(kept or [])
@@ -99,14 +122,46 @@ def parse_node(oid: str, body: bytes) -> Node:
             content, kept = d["message"], ()
             if "span" in d:
                 span = Span(d["span"]["after"], tuple(d["span"]["messages"]))
+            files = parse_files(d["files"]) if "files" in d else ()
         elif kind == "compaction":
-            content, kept = d["summary"], tuple(d["kept"])
+            content, kept, files = d["summary"], tuple(d["kept"]), ()
+            if "files" in d:
+                raise ValueError("a compaction changes no files")
         else:
             raise ValueError(f"unknown node type {kind!r}")
         node = Node(
-            oid, kind, d["parent"], content, d["state"], int(d["messages"]), d["meta"], kept, span
+            oid,
+            kind,
+            d["parent"],
+            content,
+            d["state"],
+            int(d["messages"]),
+            d["meta"],
+            kept,
+            span,
+            files,
         )
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, InvalidInput) as e:
         raise CorruptObject(oid, f"not a valid node ({e})") from None
     # Links are not checked here: every lookup checks an id before using it.
     return node
+
+
+def parse_files(value: Any) -> tuple[FileChange, ...]:
+    """A node's ``files`` field as FileChanges sorted by path; ValueError or
+    InvalidInput for one that breaks FORMAT.md 4.2."""
+    if type(value) is not dict or not value:
+        raise ValueError("files must be a non-empty object")
+    if len(value) > MAX_FILES_PER_NODE:
+        raise ValueError(f"files names {len(value)} paths, over {MAX_FILES_PER_NODE}")
+    out = []
+    for path in sorted(value):
+        check_file_path(path)
+        sides = value[path]
+        if type(sides) is not dict or not sides or set(sides) - {"before", "after"}:
+            raise ValueError(f"files[{path!r}] must hold before, after or both")
+        for oid in sides.values():
+            if type(oid) is not str or not _ID.fullmatch(oid):
+                raise ValueError(f"files[{path!r}] names {oid!r}, not an object id")
+        out.append(FileChange(path, sides.get("before"), sides.get("after")))
+    return tuple(out)

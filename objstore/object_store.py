@@ -104,10 +104,12 @@ class ObjectStore:
         locks_dir: Path,
         before_blocks: Callable[[], None] = lambda: None,
         leave_turn: Callable[[], None] = lambda: None,
+        before_files: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
+        self._before_files: Callable[[], None] | None = before_files  # to version 3
         self._root = os.fspath(root)
         self.pack_dir = root / "pack"
         self._tmp_dir = tmp_dir
@@ -403,6 +405,9 @@ class ObjectStore:
 
     def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
         """Store an object; return its id. See the module doc for where and how durably."""
+        if kind == "file" and self._before_files is not None:
+            self._before_files()  # an ags of store version 2 would sweep file objects
+            self._before_files = None
         oid = objects.object_id(kind, body)
         if self._fresh_copy(oid):
             if not pack:

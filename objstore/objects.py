@@ -24,13 +24,13 @@ import zstandard
 from .errors import CorruptObject, InvalidName, LimitExceeded
 from .limits import MAX_OBJECT_BYTES
 
-KINDS: Final = frozenset({"blob", "node"})
+KINDS: Final = frozenset({"blob", "node", "file"})  # "file": raw bytes (FORMAT.md 4.3)
 ID_HEX_LEN: Final = 64
 ID_RE: Final = re.compile(r"[0-9a-f]{64}")
 FORMAT_ZSTD: Final = 0x01
 _FORMAT_ZSTD_BYTE: Final = bytes((FORMAT_ZSTD,))
 ZSTD_LEVEL: Final = 3
-# The longest kind ("blob", "node"; "ref" for pack journal records) + NUL + a body.
+# The longest kind ("blob", "node", "file"; "ref" for pack journal records) + NUL + a body.
 MAX_CONTENT_BYTES: Final = len("node") + 1 + MAX_OBJECT_BYTES
 _READ_CHUNK: Final = 1 << 20
 

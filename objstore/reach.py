@@ -2,12 +2,14 @@
 
 A node links to its parent (a node), its message or summary (a blob), its
 state (a blob), a compaction's kept nodes, and a span's messages (blobs) and
-the node the span starts after. Blobs link to nothing. gc marks with this,
+the node the span starts after, and the ``file`` objects of the files it
+changed (before and after). Blobs and files link to nothing. gc marks with this,
 fsck checks every link with it, export follows it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -19,7 +21,7 @@ from .nodes import Node
 class Link:
     field: str  # where in the node body: "parent", "kept[2]", "span.messages[0]", ...
     target: str
-    kind: str  # what the target must be: "node" or "blob"
+    kind: str  # what the target must be: "node", "blob" or "file"
 
 
 def node_links(node: Node) -> Iterator[Link]:
@@ -35,6 +37,10 @@ def node_links(node: Node) -> Iterator[Link]:
             yield Link("span.after", node.span.after, "node")
         for i, blob in enumerate(node.span.messages):
             yield Link(f"span.messages[{i}]", blob, "blob")
+    for change in node.files:
+        for side, target in (("before", change.before), ("after", change.after)):
+            if target is not None:
+                yield Link(f"files[{json.dumps(change.path)}].{side}", target, "file")
 
 
 def reachable(
@@ -65,7 +71,7 @@ def reachable(
         for link in node_links(n):
             if link.target in seen:
                 continue
-            if link.kind == "blob":
+            if link.kind != "node":  # blobs and files link to nothing
                 seen.add(link.target)
             else:
                 stack.append(link.target)

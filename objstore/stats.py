@@ -93,8 +93,9 @@ def _logical_bytes(
     memo: dict[str, tuple[int, str | None]],
 ) -> int:
     """The bytes a session's transcript would take as a file of its own: every node
-    and its message, and each new state, along the chain. ``memo`` carries the
-    total per node across sessions, so forks cost only their own nodes."""
+    and its message, each new state, and the files each node changed, along the
+    chain. ``memo`` carries the total per node across sessions, so forks cost only
+    their own nodes."""
     chain: list[Node] = []
     total, state = 0, None
     for node in walk(head, store.node):
@@ -107,6 +108,8 @@ def _logical_bytes(
         if node.state is not None and node.state != state:
             total += unique.get(node.state, 0)
         state = node.state
+        for change in node.files:
+            total += unique.get(change.before or "", 0) + unique.get(change.after or "", 0)
         memo[node.id] = (total, state)
     return total
 

@@ -32,7 +32,7 @@ import secrets
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -52,10 +52,11 @@ from .errors import (
     StoreWarning,
     UnknownSpec,
 )
+from .file_paths import check_file_path
 from .files import DIR_MODE, atomic_write, make_dirs, read_file
-from .limits import MAX_DEPTH, MAX_OBJECT_BYTES
+from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .locks import WriterLock
-from .nodes import SPAN_EVERY, Node, NodeType, Span, node_body, parse_node
+from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore, SweepResult
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
@@ -79,7 +80,12 @@ from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
-FORMAT_VERSION: Final = 2  # 2: block packs (FORMAT.md 5.5); stores of 1 are read as they are
+# 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3). A
+# store is created at 2 and raised when it first needs more (FORMAT.md 2).
+FORMAT_VERSION: Final = 3
+CREATED_VERSION: Final = 2
+BLOCKS_VERSION: Final = 2
+FILES_VERSION: Final = 3
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
@@ -205,6 +211,44 @@ def _checked_bodies(
     return content_body, state_body
 
 
+def _checked_files(
+    files: Mapping[str, tuple[bytes | None, bytes | None]] | None,
+) -> list[tuple[str, bytes | None, bytes | None]]:
+    """The file changes given to ``append``, checked before anything is written and
+    sorted by path: valid paths (file_paths.py), bytes or None on each side, not
+    both None, each within the object size limit."""
+    if files is None:
+        return []
+    if not isinstance(files, Mapping):
+        raise InvalidInput("files must map paths to (before, after) contents")
+    if len(files) > MAX_FILES_PER_NODE:
+        raise LimitExceeded(
+            f"{len(files):,} changed files in one message, over the limit of "
+            f"{MAX_FILES_PER_NODE:,}",
+            "too many files",
+        )
+    out = []
+    for path in sorted(files, key=lambda p: p if type(p) is str else ""):
+        check_file_path(path)
+        pair = files[path]
+        if type(pair) is not tuple or len(pair) != 2:
+            raise InvalidInput(f"files[{path!r}] must be a (before, after) pair")
+        before, after = pair
+        for side, data in (("before", before), ("after", after)):
+            if data is not None and type(data) is not bytes:
+                raise InvalidInput(f"files[{path!r}] {side} must be bytes or None")
+            if data is not None and len(data) > MAX_OBJECT_BYTES:
+                raise LimitExceeded(
+                    f"files[{path!r}] {side}: {len(data):,} bytes, over the limit of one "
+                    f"object ({MAX_OBJECT_BYTES:,})",
+                    "too large",
+                )
+        if before is None and after is None:
+            raise InvalidInput(f"files[{path!r}]: a file absent before and after did not change")
+        out.append((path, before, after))
+    return out
+
+
 def _with_meta(rec: RefRecord, **changes: Any) -> Body:
     session_info(rec)  # a damaged ref is named, not rewritten
     return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
@@ -219,21 +263,21 @@ def _create_store(root: Path) -> None:
     os.chmod(root, DIR_MODE)  # an empty directory made by someone else's mkdir: private now
     for sub in ("objects/pack", "refs/sessions", "refs/tags", "logs", "locks", "tmp"):
         make_dirs(root / sub)
-    marker = canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n"
+    marker = canonical.dumps({"format": FORMAT_NAME, "version": CREATED_VERSION}) + b"\n"
     atomic_write(root / "tmp", root / CONFIG_FILE, marker)
 
 
-def upgrade_marker(root: Path) -> None:
-    """Raise the store marker to this version before anything only it can read is
+def upgrade_marker(root: Path, to: int) -> None:
+    """Raise the store marker to version ``to`` before anything only it can read is
     written (FORMAT.md 2): an older ags then refuses the store instead of meeting
-    packs it cannot read."""
+    packs it cannot read, or file objects its gc would not know to keep."""
     marker = root / CONFIG_FILE
     try:
         version = int(canonical.loads(read_file(marker))["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return  # opening checked it; a marker removed meanwhile is not ours to write
-    if version < FORMAT_VERSION:
-        body = canonical.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + b"\n"
+    if version < to:
+        body = canonical.dumps({"format": FORMAT_NAME, "version": to}) + b"\n"
         atomic_write(root / "tmp", marker, body)
 
 
@@ -275,8 +319,9 @@ class Store:
             self.tmp_dir,
             self.refs.replay,
             path / "locks",
-            partial(upgrade_marker, path),
+            partial(upgrade_marker, path, BLOCKS_VERSION),
             self._turns.leave,
+            partial(upgrade_marker, path, FILES_VERSION),
         )
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
@@ -362,6 +407,13 @@ class Store:
     def blob(self, blob_id: str) -> Any:
         """The JSON value stored in a blob."""
         return self._blob(blob_id)
+
+    def file_bytes(self, file_id: str) -> bytes:
+        """The content of a ``file`` object (a file a node's ``files`` names)."""
+        kind, body = self.objects.get(file_id)
+        if kind != "file":
+            raise CorruptObject(file_id, f"expected a file, found a {kind}")
+        return body
 
     def _blob(self, blob_id: str) -> Any:
         kind, body = self.objects.get(blob_id)
@@ -520,17 +572,23 @@ class Store:
         message: dict[str, Any],
         state: dict[str, Any] | None = None,
         meta: dict[str, Any] | None = None,
+        files: Mapping[str, tuple[bytes | None, bytes | None]] | None = None,
     ) -> str:
         """Append one message; return the new node's id. Durable when it returns.
 
         ``state`` None keeps the previous state. ``meta`` is kept with the node
-        (a ``time`` is added unless given).
+        (a ``time`` is added unless given). ``files`` records the files the
+        tool call this message answers changed: project-relative path ->
+        (content before, content after), None where the file did not exist;
+        each content is stored once as a ``file`` object (FORMAT.md 4.3) and
+        read back with ``node(id).files`` and ``file_bytes``.
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
         message_body, state_body = _checked_bodies(message, "message", state, meta)
+        changes = _checked_files(files)
         with self._session_turn(session):
-            return self._append(session, message_body, state_body, meta)
+            return self._append(session, message_body, state_body, meta, changes)
 
     def _append(
         self,
@@ -538,9 +596,18 @@ class Store:
         message_body: bytes,
         state_body: bytes | None,
         meta: dict[str, Any] | None,
+        files: list[tuple[str, bytes | None, bytes | None]],
     ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
+        changes = tuple(
+            FileChange(
+                path,
+                None if before is None else self.objects.put("file", before),
+                None if after is None else self.objects.put("file", after),
+            )
+            for path, before, after in files
+        )
         message_id = self.objects.put("blob", message_body)
         state_id = (
             self.objects.put("blob", state_body)
@@ -551,7 +618,16 @@ class Store:
         pending = [*tip.pending, message_id]
         span = Span(tip.since, tuple(pending)) if len(pending) >= SPAN_EVERY else None
         node = self._add_node(
-            sid, parent, "message", message_id, state_id, count, meta, "append", span=span
+            sid,
+            parent,
+            "message",
+            message_id,
+            state_id,
+            count,
+            meta,
+            "append",
+            span=span,
+            files=changes,
         )
         if span is None:
             self._tips[sid] = _Tip(node, tip.since, pending)
@@ -615,11 +691,12 @@ class Store:
         reason: str,
         kept: list[str] | None = None,
         span: Span | None = None,
+        files: tuple[FileChange, ...] = (),
     ) -> Node:
         """Write a node after ``parent`` and move the session's head to it."""
         full_meta = {"time": now_iso(), **(meta or {})}
         parent_id = parent.id if parent else None
-        body = node_body(type, parent_id, content, state_id, count, full_meta, kept, span)
+        body = node_body(type, parent_id, content, state_id, count, full_meta, kept, span, files)
         node_id = self.objects.put("node", body)
 
         def move(current: RefRecord | None) -> Body:
@@ -632,7 +709,16 @@ class Store:
         # No reflog line: the parent chain is the history of appends and compactions.
         self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
         return Node(
-            node_id, type, parent_id, content, state_id, count, full_meta, tuple(kept or ()), span
+            node_id,
+            type,
+            parent_id,
+            content,
+            state_id,
+            count,
+            full_meta,
+            tuple(kept or ()),
+            span,
+            files,
         )
 
     # -- reading history ---------------------------------------------------------
@@ -768,10 +854,19 @@ class Store:
             if not held:
                 self.release(sid)
 
-    def rewind(self, session: str, spec: str) -> str:
+    def rewind(
+        self,
+        session: str,
+        spec: str,
+        *,
+        before_move: Callable[[str | None, str], None] | None = None,
+    ) -> str:
         """Move a session's head back to ``spec``, a node of its own history; return it.
 
         The reflog keeps the old head: ``rewind(s, f"{s}@{{1}}")`` undoes it.
+        ``before_move(old head, new head)`` runs once the rewind is known to be
+        valid, under the session's writer lock, before the head moves; if it
+        raises, the head does not move (what ``rewind --files`` puts files back in).
         """
         sid, tip = self._writable(session)
         node_id = self.node_id(spec)
@@ -779,6 +874,8 @@ class Store:
             raise InvalidInput(f"{spec} is not in the history of session {sid}")
         count = self.node(node_id).messages
         old = tip.head.id if tip.head else None
+        if before_move is not None:
+            before_move(old, node_id)
 
         def move(current: RefRecord | None) -> Body:
             if current is None or current.target != old:

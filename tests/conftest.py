@@ -33,6 +33,14 @@ def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
         sid = s.new_session()
         s.append(sid, {"role": "user", "content": text})
         blob = s.node(s.node_id(sid)).content
+    return sid, blob, flip_a_bit_of_object(path, blob)
+
+
+def flip_a_bit_of_object(path: Path, oid: str) -> Path:
+    """Flip one bit in the middle of object ``oid``'s content inside the (only) sealed
+    block pack of the store at ``path``, its block compressed again so that only the
+    object fails its id; return the pack."""
+    blob = oid
     pack = next((path / "objects" / "pack").glob("*.pack"))
     index = pack.with_suffix(".idx")
     data = index.read_bytes()
@@ -52,7 +60,7 @@ def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
     pack.write_bytes(packed[: off - RECORD_HEAD.size] + record + packed[off + size :])
     index.unlink()
     rebuild_index(pack, path / "tmp")
-    return sid, blob, pack
+    return pack
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -47,7 +47,7 @@ class Store:
     @classmethod
     def read(cls, root: Path) -> Store:
         marker = json.loads((root / "ags-store.json").read_bytes())  # 2
-        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2)):
+        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3)):
             raise Unreadable(f"marker {marker}")
         store = cls(root)
         for sub in sorted((root / "objects").iterdir()):  # 4: loose objects
@@ -130,6 +130,25 @@ class Store:
     def node(self, oid: str) -> dict[str, Any]:  # 4.2
         node: dict[str, Any] = self.value(oid, "node")
         return node
+
+    def file(self, oid: str) -> bytes:  # 4.3: a file object's body is the file's bytes
+        have, body = self.objects[oid]
+        if have != "file":
+            raise Unreadable(f"{oid} is a {have}, not a file")
+        return body
+
+    def files(self, oid: str) -> dict[str, tuple[bytes | None, bytes | None]]:
+        """What a node's ``files`` says (4.2): path -> (bytes before, bytes after)."""
+        out = {}
+        for path, sides in self.node(oid).get("files", {}).items():
+            if path.startswith("/") or {"", ".", ".."} & set(path.split("/")) or "\0" in path:
+                raise Unreadable(f"{oid}: files names {path!r}")
+            before, after = sides.get("before"), sides.get("after")
+            out[path] = (
+                None if before is None else self.file(before),
+                None if after is None else self.file(after),
+            )
+        return out
 
     # -- refs --------------------------------------------------------------------------
 

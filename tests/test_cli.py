@@ -369,14 +369,14 @@ def _bad_documents(doc: dict) -> dict[str, tuple[bytes, str]]:
     node = next(i for i, o in enumerate(dangling["objects"]) if o["body"].get("parent"))
     parent = dangling["objects"][node]["body"]["parent"]
     dangling["objects"] = [o for o in dangling["objects"] if o["id"] != parent]
-    newer = {**json.loads(text), "version": 2}
+    newer = {**json.loads(text), "version": 3}
     schema = json.loads(text)
     del schema["objects"][0]["kind"]
     return {
         "truncated": (text[: len(text) // 2].encode(), "truncated"),
         "not json": (b"this is not json", "not valid JSON"),
         "empty": (b"", "truncated"),
-        "wrong version": (json.dumps(newer).encode(), "version 2"),
+        "wrong version": (json.dumps(newer).encode(), "version 3"),
         "altered message": (json.dumps(altered).encode(), f"$.objects[{blob}]"),
         "dangling parent": (json.dumps(dangling).encode(), "parent: names"),
         "schema": (json.dumps(schema).encode(), "$.objects[0]"),

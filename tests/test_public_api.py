@@ -19,11 +19,11 @@ ROOT = Path(__file__).parent.parent
 PUBLIC = {
     # the store and what it returns
     "Store", "SessionInfo", "LogEntry", "Node", "Span", "Target", "ReflogEntry",
-    "project_root",
+    "project_root", "FileChange", "check_file_path",
     # the commands that look after a store, and what they report
     "check_store", "FsckReport", "Problem", "collect_garbage", "GcReport", "MIN_GRACE",
     "store_usage", "session_usage", "StoreUsage", "SessionUsage",
-    "diff_sessions", "SessionDiff",
+    "diff_sessions", "SessionDiff", "diff_files", "FileDelta",
     "export_session", "encode_document", "read_document", "import_document", "ImportResult",
     "write_private_file",
     "SearchIndex", "SearchHit", "fts_query", "content_text",

@@ -26,6 +26,13 @@ def build(path: Path) -> tuple[dict[str, str], Store]:
         s.tag("kept", f"{a}~5")
         s.rewind(a, f"{a}~2")
         s.set_title(a, "renamed")
+        s.append(
+            fork,
+            {"role": "tool", "content": "wrote"},
+            files={"src/new.py": (None, b"x = 1\n"), "data.bin": (b"\x00\x01", b"\xff")},
+        )
+        s.append(fork, {"role": "tool", "content": "deleted"},
+                 files={"src/new.py": (b"x = 1\n", None)})  # fmt: skip
         gone = s.new_session()
         s.append(gone, {"role": "user", "content": "doomed"})
         s.delete(gone)
@@ -58,3 +65,15 @@ def test_the_second_reader_reads_what_objstore_wrote(tmp_path: Path) -> None:
         assert other.ref(f"sessions/{ids['gone']}") is None
         assert other.reflog(f"sessions/{ids['gone']}")[-1]["new"] is None
         assert set(other.objects) == set(s.object_ids())
+        for node in s.walk(ids["fork"]):
+            assert other.files(node.id) == {
+                f.path: (
+                    None if f.before is None else s.file_bytes(f.before),
+                    None if f.after is None else s.file_bytes(f.after),
+                )
+                for f in node.files
+            }
+        assert other.files(s.node_id(f"{ids['fork']}~2")) == {
+            "data.bin": (b"\x00\x01", b"\xff"),
+            "src/new.py": (None, b"x = 1\n"),
+        }

@@ -111,3 +111,32 @@ def test_export_to_file_and_json_stays_the_default(tmp_path: Path) -> None:
     assert export(tmp_path / "s", sid, "json").lstrip().startswith("{")
     plain = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "export", sid])
     assert '"format": "ags-export"' in plain.output
+
+
+def test_html_lists_the_files_a_tool_result_changed(tmp_path: Path) -> None:
+    """Issue 13: under a tool result, the files its node says the call changed."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session(root=str(tmp_path))
+        s.append(sid, {"role": "user", "content": "edit"})
+        calls = [{"id": "c1", "name": "write_file",
+                  "arguments": {"path": "a.txt", "content": "x"}}]  # fmt: skip
+        s.append(sid, {"role": "assistant", "content": "", "tool_calls": calls})
+        s.append(
+            sid,
+            {"role": "tool", "tool_call_id": "c1", "name": "write_file", "content": "done"},
+            files={"a.txt": (None, b"x"), f"d/{HOSTILE.replace('/', '|')}": (b"1", b"2")},
+        )
+        s.append(sid, {"role": "tool", "tool_call_id": "zz", "name": "edit_file",
+                       "content": "stray"}, files={"gone.txt": (b"old", None)})  # fmt: skip
+    page = export(path, sid, "html")
+    parsed = _Collect()
+    parsed.feed(page)
+    assert "script" not in parsed.tags and "img" not in parsed.tags
+    lists = re.findall(r'<ul class="files-changed">(.*?)</ul>', page)
+    assert len(lists) == 2  # under the call's result, and under the stray result
+    assert '<span class="change">created</span> <code>a.txt</code>' in lists[0]
+    assert '<span class="change">changed</span> <code>d/&lt;script&gt;' in lists[0]
+    assert '<span class="change">deleted</span> <code>gone.txt</code>' in lists[1]
+    markdown = export(path, sid, "md")
+    assert "- created `a.txt`" in markdown and "- deleted `gone.txt`" in markdown
