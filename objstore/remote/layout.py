@@ -1,0 +1,108 @@
+"""Where a sync keeps things on a remote: the marker, packs, ref cells (docs/REMOTES.md 3).
+
+```
+ags-remote.json               {"format":"ags-remote","version":1}
+packs/pack-<64 hex>.pack      block packs (FORMAT.md 5.5), named by the BLAKE3 of their bytes
+packs/pack-<64 hex>.idx       their indexes, written after the pack
+refs/sessions/<session id>    cells: {"target": <head node>, "meta": {...}}, or null (deleted)
+refs/tags/<name>              cells: {"target": <node>}
+locks/gc                      the remote gc lease (a cell)
+probe/<random>                scratch keys of the connect-time check and of remote gc
+```
+
+Everything here is a key of ``RemoteStorage``; this module names them and reads
+and writes the marker, the one key every sync looks at first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import blake3
+
+from .. import canonical
+from ..errors import InvalidName
+from ..refs import SESSION_ID_RE, check_tag_name
+from .errors import BadRemote, DamagedRemoteKey, KeyMissing
+from .storage import PROBE_PREFIX, RemoteStorage
+
+MARKER_KEY: Final = "ags-remote.json"
+MARKER_FORMAT: Final = "ags-remote"
+MARKER_VERSION: Final = 1
+PACKS: Final = "packs/"
+REFS: Final = "refs/"
+SESSION_CELLS: Final = "refs/sessions/"
+TAG_CELLS: Final = "refs/tags/"
+GC_LEASE: Final = "locks/gc"
+PACK_KEY_RE: Final = re.compile(r"packs/pack-([0-9a-f]{64})\.(pack|idx)")
+
+
+def pack_name(pack: bytes) -> str:
+    """A remote pack's name: the BLAKE3 of its bytes, so a re-sent pack is the same key."""
+    return blake3.blake3(pack).hexdigest()
+
+
+def pack_key(name: str) -> str:
+    return f"{PACKS}pack-{name}.pack"
+
+
+def index_key(name: str) -> str:
+    return f"{PACKS}pack-{name}.idx"
+
+
+def cell_key(ref: str) -> str:
+    """The cell of a local ref name (``sessions/<id>`` or ``tags/<name>``)."""
+    return REFS + ref
+
+
+def ref_of_cell(key: str) -> str | None:
+    """The ref name a cell key holds, or None for a key that is no ref cell of ours."""
+    if key.startswith(SESSION_CELLS):
+        sid = key[len(SESSION_CELLS) :]
+        return f"sessions/{sid}" if SESSION_ID_RE.fullmatch(sid) else None
+    if key.startswith(TAG_CELLS):
+        try:
+            return f"tags/{check_tag_name(key[len(TAG_CELLS) :])}"
+        except InvalidName:  # not a tag name a store can hold: not ours
+            return None
+    return None
+
+
+def _marker_body() -> bytes:
+    return canonical.dumps({"format": MARKER_FORMAT, "version": MARKER_VERSION}) + b"\n"
+
+
+def read_marker(storage: RemoteStorage) -> bool:
+    """True if the remote holds ags's marker, False if it holds nothing at all; a
+    marker of a newer version, or keys of something else with no marker, are refused
+    (a mistyped URL must not receive packs, nor be read as sessions)."""
+    try:
+        data = storage.get(MARKER_KEY)
+    except KeyMissing:
+        for info in storage.list(""):
+            if not info.key.startswith(PROBE_PREFIX):
+                raise BadRemote(
+                    f"{storage.url} holds other things ({info.key}) and is not an ags "
+                    "remote; use an empty bucket prefix or directory"
+                ) from None
+        return False
+    try:
+        body = canonical.loads(data)
+        name, version = body["format"], body["version"]
+    except (ValueError, KeyError, TypeError):
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is unreadable") from None
+    if name != MARKER_FORMAT or type(version) is not int:
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is not an ags remote's marker")
+    if version > MARKER_VERSION:
+        raise BadRemote(
+            f"{storage.url} has remote format {version}; this ags reads up to {MARKER_VERSION}"
+        )
+    return True
+
+
+def ensure_marker(storage: RemoteStorage) -> None:
+    """Read the marker, writing it first on an empty remote (write-once: two first
+    pushes at once write the same bytes)."""
+    if not read_marker(storage):
+        storage.put_new(MARKER_KEY, _marker_body())
