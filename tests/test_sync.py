@@ -1,0 +1,254 @@
+"""push, fetch, pull and clone against a real SeaweedFS started by the tests and a
+real directory: only what is missing moves, refs move by compare-and-swap, a remote
+that diverged is never overwritten without --force, what arrives is verified."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import tree_snapshot
+from s3_server import S3Server, aws_env_fixture, s3_env_fixture, seaweedfs_fixture  # noqa: F401
+
+from cli.main import cli
+from objstore import Store
+from objstore.remote import RemoteLocation, add_remote, open_storage
+from objstore.remote.fetch import fetch, pull
+from objstore.remote.push import push, record_push
+
+
+@pytest.fixture(params=["directory", "s3"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
+    if request.param == "directory":
+        (tmp_path / "remote").mkdir()
+        return RemoteLocation(str(tmp_path / "remote"))
+    server: S3Server = request.getfixturevalue("s3_env")
+    return RemoteLocation(f"s3://{server.new_bucket()}/ags", endpoint=server.endpoint)
+
+
+def new_store(path: Path, location: RemoteLocation) -> Store:
+    store = Store.open(path)
+    add_remote(store, "origin", location)
+    return store
+
+
+def session_with(store: Store, n: int, title: str = "t") -> str:
+    sid = store.new_session(title=title)
+    with store.batch():
+        for i in range(n):
+            store.append(sid, {"role": "user", "content": f"message {i} of {title}"})
+    return sid
+
+
+def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]
+    with open_storage(location) as storage:
+        result = push(store, storage, list(refs), force=force)
+        record_push(store, "origin", result)
+        return result, storage.stats.requests
+
+
+def ags(store: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["--store", str(store), *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def stores(tmp_path: Path, location: RemoteLocation) -> Iterator[tuple[Store, Store]]:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_push_then_clone_gives_the_same_sessions(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a = new_store(tmp_path / "a", location)
+    sids = [session_with(a, n, f"s{n}") for n in (1, 40, 3)]
+    forked = a.fork(f"{sids[1]}~5", title="fork")
+    a.tag("v1", sids[0])
+    a.close()
+    args = ["push", "--all", "--json"]
+    code, out, err = ags(tmp_path / "a", *args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert {r["outcome"] for r in report["refs"]} == {"created"}
+    assert report["packs"] == 1  # many small objects go as one pack, not a request each
+
+    url = location.url
+    extra = ["--endpoint", location.endpoint] if location.endpoint else []
+    code, out, err = CliRunner().invoke(
+        cli, ["clone", url, str(tmp_path / "c"), *extra], catch_exceptions=False
+    ).exit_code, "", ""
+    assert code == 0
+    with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "c", create=False) as c:
+        for sid in [*sids, forked]:
+            assert c.context(sid) == a.context(sid)
+            assert c.session(sid).title == a.session(sid).title
+        assert c.tags() == a.tags()
+        assert set(c.object_ids()) == set(a.object_ids())
+    code, out, _ = ags(tmp_path / "c", "fsck")
+    assert code == 0 and "ok" in out
+    # Remote-tracking refs resolve like any spec.
+    code, out, err = ags(tmp_path / "c", "log", f"remotes/origin/{sids[1][:6]}")
+    assert code == 0, err
+    assert "message 39 of s40" in out
+
+
+@pytest.mark.parametrize("length", [20, 400])
+def test_one_new_message_costs_the_same_requests_whatever_the_length(
+    stores: tuple[Store, Store], location: RemoteLocation, length: int
+) -> None:
+    a, _ = stores
+    sid = session_with(a, length)
+    first, _ = do_push(a, location, f"sessions/{sid}")
+    assert first.objects >= length
+    a.append(sid, {"role": "user", "content": "one more"})
+    result, requests = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["fast-forward"]
+    assert result.objects <= 3  # the node, its message, perhaps its state
+    assert result.packs == 1
+    # the check (7) + marker + cell + pack + index + swap
+    assert requests == 12
+
+
+def test_a_push_the_remote_moved_past_is_refused_unless_forced(
+    stores: tuple[Store, Store], location: RemoteLocation, tmp_path: Path
+) -> None:
+    a, b = stores
+    sid = session_with(a, 5)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.append(sid, {"role": "user", "content": "from b"})
+    do_push(b, location, f"sessions/{sid}")
+    a.append(sid, {"role": "user", "content": "from a"})
+    a.close()
+    code, out, err = ags(tmp_path / "a", "push", "origin", sid)
+    assert code == 1
+    assert "rejected" in out and "ags pull first" in err
+    b_head = b.node_id(sid)
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == b_head
+    code, out, err = ags(tmp_path / "a", "push", "origin", sid, "--force")
+    assert code == 0, err
+    with Store.open(tmp_path / "a") as a2, open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a2.node_id(sid)
+
+
+def test_two_hosts_pushing_one_session_at_once_one_wins(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 5)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    for store, who in ((a, "a"), (b, "b")):
+        store.append(sid, {"role": "user", "content": f"from {who}"})
+    results = {}
+    start = threading.Barrier(2)
+
+    def go(store: Store, who: str) -> None:
+        start.wait()
+        results[who] = do_push(store, location, f"sessions/{sid}")[0]
+
+    threads = [threading.Thread(target=go, args=(s, w)) for s, w in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outcomes = sorted(results[w].refs[0].outcome for w in "ab")
+    assert outcomes == ["fast-forward", "rejected"]
+    loser = "a" if results["a"].refs[0].outcome == "rejected" else "b"
+    assert "pull" in (results[loser].refs[0].why or "")
+    winner_store = b if loser == "a" else a
+    with open_storage(location) as storage:
+        target = storage.read_cell(f"refs/sessions/{sid}").value["target"]
+    assert target == winner_store.node_id(sid)
+    # The loser's work is still there, locally.
+    loser_store = a if loser == "a" else b
+    assert loser_store.context(sid)[-1]["content"] == f"from {loser}"
+
+
+def test_pull_fast_forwards_and_names_a_diverged_session(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    s1, s2 = session_with(a, 3, "one"), session_with(a, 3, "two")
+    do_push(a, location, f"sessions/{s1}", f"sessions/{s2}")
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert {p.outcome for p in pulled} == {"created"}
+    a.append(s1, {"role": "user", "content": "a1"})
+    a.append(s2, {"role": "user", "content": "a2"})
+    do_push(a, location, f"sessions/{s1}", f"sessions/{s2}")
+    b.append(s2, {"role": "user", "content": "b2"})
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    by = {p.session: p.outcome for p in pulled}
+    assert by == {s1: "fast-forward", s2: "diverged"}
+    assert b.context(s1) == a.context(s1)
+    assert b.context(s2)[-1]["content"] == "b2"  # never rewritten
+
+
+def test_a_fetch_where_nothing_moved_reads_no_cell(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sids = [session_with(a, 2, str(i)) for i in range(5)]
+    do_push(a, location, *(f"sessions/{s}" for s in sids))
+    with open_storage(location) as storage:
+        first = fetch(b, storage, "origin")
+    assert len(first.refs) == 5 and first.packs == 1
+    with open_storage(location) as storage:
+        again = fetch(b, storage, "origin")
+        assert again.refs == [] and again.packs == 0
+        # S3: the marker and one LIST of refs/, whose etags say nothing moved. A
+        # directory's listing has no etags (they would cost a read each): it reads.
+        assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
+
+
+def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 30)
+        do_push(a, location, f"sessions/{sid}")
+    pack = next((remote / "packs").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[40] ^= 0xFF
+    pack.chmod(0o600)
+    pack.write_bytes(bytes(data))
+    Store.open(tmp_path / "b").close()
+    ags(tmp_path / "b", "remote", "add", "origin", str(remote))
+    before = tree_snapshot(tmp_path / "b")
+    code, out, err = ags(tmp_path / "b", "fetch")
+    assert code == 1 and "damaged" in err and err.count("\n") == 1, err
+    after = tree_snapshot(tmp_path / "b")
+    assert {k for k in after if "refs/" in k} == {k for k in before if "refs/" in k}
+
+
+def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> None:
+    remote = tmp_path / "photos"
+    remote.mkdir()
+    (remote / "cat.jpg").write_bytes(b"meow")
+    with new_store(tmp_path / "a", RemoteLocation(str(remote))) as a:
+        sid = session_with(a, 2)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 1 and "is not an ags remote" in err
+    assert sorted(p.name for p in remote.iterdir() if not p.name.startswith(".")) == ["cat.jpg"]
+
+
+def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "there").mkdir()
+    (tmp_path / "there" / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["clone", str(tmp_path / "remote"), str(tmp_path / "there")])
+    assert result.exit_code == 1 and "not an empty directory" in result.stderr
+    assert [p.name for p in (tmp_path / "there").iterdir()] == ["notes.txt"]
