@@ -252,3 +252,50 @@ def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path
     result = CliRunner().invoke(cli, ["clone", str(tmp_path / "remote"), str(tmp_path / "there")])
     assert result.exit_code == 1 and "not an empty directory" in result.stderr
     assert [p.name for p in (tmp_path / "there").iterdir()] == ["notes.txt"]
+
+
+def _age(remote: Path, seconds: float) -> None:
+    """Make every key of a directory remote look ``seconds`` old (its LastModified)."""
+    import os
+    import time
+
+    for path in remote.rglob("*"):
+        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(remote).parts):
+            then = time.time() - seconds
+            os.utime(path, (then, then))
+
+
+def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    with new_store(tmp_path / "a", location) as a:
+        keep, change = session_with(a, 10, "keep"), session_with(a, 10, "change")
+        do_push(a, location, f"sessions/{keep}", f"sessions/{change}")  # one pack, both
+        a.rewind(change, f"{change}~5")
+        a.append(change, {"role": "user", "content": "another way"})
+        do_push(a, location, f"sessions/{change}", force=True)
+        with open_storage(location) as storage:  # a push killed before its index and swap
+            storage.put_new("packs/pack-" + "ab" * 32 + ".pack", b"AGSPACK\x02")
+        _age(remote, 2 * 3600)
+        fresh = session_with(a, 3, "fresh")
+        do_push(a, location, f"sessions/{fresh}")  # younger than the grace period
+    before = {p.name for p in (remote / "packs").iterdir()}
+    code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["packs_deleted"] == 1 and report["packs_rewritten"] == 1
+    assert report["objects_dropped"] == 5 * 2  # the 5 old nodes of "change" and their messages
+    assert report["other_keys_deleted"] == 1
+    after = {p.name for p in (remote / "packs").iterdir()}
+    # the stray pack gone; the old pack and index replaced by a new pair
+    assert "pack-" + "ab" * 32 + ".pack" not in after and len(after) == len(before) - 1
+    code, _out, err = ags(tmp_path / "a", "gc", "--remote", "origin")  # nothing left to do
+    assert code == 0 and "packs deleted: 0" in _out
+    result = CliRunner().invoke(cli, ["clone", str(remote), str(tmp_path / "c")])
+    assert result.exit_code == 0, result.stderr
+    with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "c", create=False) as c:
+        for sid in (keep, change, fresh):
+            assert c.context(sid) == a.context(sid)
+    code, out, _ = ags(tmp_path / "c", "fsck")
+    assert code == 0 and "ok" in out

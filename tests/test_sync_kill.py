@@ -119,7 +119,7 @@ def test_a_pull_killed_anywhere_leaves_the_store_consistent(
     for round_ in range(3):
         killed_at_random(tmp_path / "b", "pull", seed=100 + round_)
         with Store.open(tmp_path / "b") as b:
-            for sid, rec in b.tracking_refs("origin").items():
+            for rec in b.tracking_refs("origin").values():
                 assert rec.target is not None
                 reachable([rec.target], b.node, skip_missing=False)  # all here
             for info in b.sessions():

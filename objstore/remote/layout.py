@@ -2,7 +2,7 @@
 
 ```
 ags-remote.json               {"format":"ags-remote","version":1}
-packs/pack-<64 hex>.pack      block packs (FORMAT.md 5.5), named by the BLAKE3 of their bytes
+packs/pack-<64 hex>.pack      block packs (FORMAT.md 5.5), named by 32 random bytes
 packs/pack-<64 hex>.idx       their indexes, written after the pack
 refs/sessions/<session id>    cells: {"target": <head node>, "meta": {...}}, or null (deleted)
 refs/tags/<name>              cells: {"target": <node>}
@@ -17,9 +17,8 @@ and writes the marker, the one key every sync looks at first.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Final
-
-import blake3
 
 from .. import canonical
 from ..errors import InvalidName
@@ -38,9 +37,12 @@ GC_LEASE: Final = "locks/gc"
 PACK_KEY_RE: Final = re.compile(r"packs/pack-([0-9a-f]{64})\.(pack|idx)")
 
 
-def pack_name(pack: bytes) -> str:
-    """A remote pack's name: the BLAKE3 of its bytes, so a re-sent pack is the same key."""
-    return blake3.blake3(pack).hexdigest()
+def new_pack_name() -> str:
+    """A remote pack's name: random, never a content hash. A pack named by its content
+    would, sent again, meet an old copy (a killed push's orphan) that remote gc may
+    have chosen to delete, and the push's ref would then name what gc sweeps; a new
+    key is always younger than anything gc chose (local gc's freshen rule, for free)."""
+    return secrets.token_hex(32)
 
 
 def pack_key(name: str) -> str:

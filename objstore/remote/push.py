@@ -3,8 +3,9 @@
 The order is what makes a killed push harmless: every pack and index is
 written (``put_new``, acknowledged) before any cell names what is in it, so no
 remote ref ever names an object the remote does not hold; a push killed before
-its swaps leaves orphan packs that a re-run sends again under the same names
-(no-ops) and remote gc drops after its grace period.
+its swaps leaves orphan packs, which remote gc drops after its grace period;
+a re-run sends its packs again under new names (layout.new_pack_name says
+why never under an old one).
 
 **What is missing**, without asking the remote: a remote ref's target ``R``
 reaches only objects the remote holds (the invariant above). A fast-forward
@@ -38,7 +39,7 @@ from ..refs import RefRecord, ref_kind, ref_short
 from ..store import Store
 from ..walk import walk
 from .errors import SwapFailed
-from .layout import cell_key, ensure_marker, index_key, pack_key, pack_name
+from .layout import cell_key, ensure_marker, index_key, new_pack_name, pack_key
 from .storage import Cell, RemoteStorage
 
 PACK_CONTENT_BYTES: Final = 256 * 1024 * 1024
@@ -171,7 +172,7 @@ def send_objects(
     def flush() -> None:
         nonlocal packs, batch, size
         pack, index = encode_block_pack(batch)
-        name = pack_name(pack)
+        name = new_pack_name()
         storage.put_new(pack_key(name), pack)
         storage.put_new(index_key(name), index)  # after the pack: an index names a whole pack
         packs += 1
