@@ -13,9 +13,7 @@ import shutil
 from pathlib import Path
 
 from objstore import Store
-from objstore.remote import RemoteLocation, add_remote, open_storage
-from objstore.remote.fetch import pull
-from objstore.remote.push import push, record_push
+from objstore.remote import RemoteLocation, add_remote, open_storage, pull, push, record_push
 
 from .conversations import Conversation, Project
 from .jsonl_store import JsonlStore

@@ -22,8 +22,7 @@ from objstore import (
     store_usage,
     write_private_file,
 )
-from objstore.remote import open_storage, remote
-from objstore.remote.remote_gc import collect_remote_garbage
+from objstore.remote import collect_remote_garbage, open_storage, remote
 
 from .app import cli, open_store
 from .output import (

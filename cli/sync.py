@@ -16,7 +16,6 @@ import click
 
 from objstore import Store
 from objstore.errors import RefConflict, UnknownSpec
-from objstore.refs import session_ref, tag_ref
 from objstore.remote import (
     BadRemote,
     add_remote,
@@ -75,7 +74,7 @@ def _push_refs(store: Store, specs: tuple[str, ...], everything: bool) -> list[s
         return refs
     if not specs:
         try:
-            return [session_ref(store.session_id("HEAD"))]
+            return [f"sessions/{store.session_id('HEAD')}"]
         except (UnknownSpec, RefConflict):
             raise BadRemote("name the sessions or tags to push, or use --all") from None
     refs = []
@@ -83,9 +82,9 @@ def _push_refs(store: Store, specs: tuple[str, ...], everything: bool) -> list[s
         if store.read_ref(f"tags/{spec.removeprefix('tags/')}") is not None and not (
             spec.startswith("sessions/")
         ):
-            refs.append(tag_ref(spec.removeprefix("tags/")))
+            refs.append(f"tags/{spec.removeprefix('tags/')}")
         else:
-            refs.append(session_ref(store.session_id(spec)))
+            refs.append(f"sessions/{store.session_id(spec)}")
     return list(dict.fromkeys(refs))
 
 
@@ -126,8 +125,7 @@ def push_cmd(
     if result.rejected:
         first = result.rejected[0]
         raise RefConflict(
-            f"rejected {len(result.rejected)} of {len(result.refs)} refs "
-            f"({first.ref}: {first.why})"
+            f"rejected {len(result.rejected)} of {len(result.refs)} refs ({first.ref}: {first.why})"
         )
 
 
@@ -299,10 +297,13 @@ def clone_cmd(
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
     if as_json:
-        emit_json({"store": str(where), "fetch": _fetch_json(fetched),
-                   "sessions": len(pulled), **stats})
+        emit_json(
+            {"store": str(where), "fetch": _fetch_json(fetched), "sessions": len(pulled), **stats}
+        )
     else:
         click.echo(
-            visible(f"cloned {location.url} into {where}: {len(pulled):,} sessions, "
-                    f"{fetched.objects:,} objects")
+            visible(
+                f"cloned {location.url} into {where}: {len(pulled):,} sessions, "
+                f"{fetched.objects:,} objects"
+            )
         )

@@ -64,9 +64,7 @@ def stores(tmp_path: Path, location: RemoteLocation) -> Iterator[tuple[Store, St
     b.close()
 
 
-def test_push_then_clone_gives_the_same_sessions(
-    tmp_path: Path, location: RemoteLocation
-) -> None:
+def test_push_then_clone_gives_the_same_sessions(tmp_path: Path, location: RemoteLocation) -> None:
     a = new_store(tmp_path / "a", location)
     sids = [session_with(a, n, f"s{n}") for n in (1, 40, 3)]
     forked = a.fork(f"{sids[1]}~5", title="fork")
@@ -81,9 +79,13 @@ def test_push_then_clone_gives_the_same_sessions(
 
     url = location.url
     extra = ["--endpoint", location.endpoint] if location.endpoint else []
-    code, out, err = CliRunner().invoke(
-        cli, ["clone", url, str(tmp_path / "c"), *extra], catch_exceptions=False
-    ).exit_code, "", ""
+    code, out, err = (
+        CliRunner()
+        .invoke(cli, ["clone", url, str(tmp_path / "c"), *extra], catch_exceptions=False)
+        .exit_code,
+        "",
+        "",
+    )
     assert code == 0
     with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "c", create=False) as c:
         for sid in [*sids, forked]:
@@ -299,3 +301,33 @@ def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None
             assert c.context(sid) == a.context(sid)
     code, out, _ = ags(tmp_path / "c", "fsck")
     assert code == 0 and "ok" in out
+
+
+def test_the_tracking_ref_names_what_was_pushed_not_what_came_after(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, _ = stores
+    sid = session_with(a, 3)
+    with open_storage(location) as storage:
+        result = push(a, storage, [f"sessions/{sid}"])
+    pushed = a.node_id(sid)
+    a.append(sid, {"role": "user", "content": "written while the push ran"})
+    record_push(a, "origin", result)
+    assert a.node_id(f"remotes/origin/{sid}") == pushed != a.node_id(sid)
+
+
+def test_pull_leaves_a_busy_session_another_process_writes_and_says_so(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.append(sid, {"role": "user", "content": "more"})
+    do_push(a, location, f"sessions/{sid}")
+    with Store.open(b.path) as writer:
+        writer.lock(sid)
+        with open_storage(location) as storage:
+            _, pulled = pull(b, storage, "origin")
+    assert [p.outcome for p in pulled] == ["busy"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import canonical
-from ..errors import RefConflict
+from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
 from ..refs import ref_kind, ref_short, session_ref
@@ -98,8 +98,11 @@ def _fetch_packs(
     """Fetch every pack not fetched before that holds an object this store lacks."""
     done = _fetched_packs(store, remote)
     names = sorted(
-        {m.group(1) for info in storage.list(PACKS) if (m := PACK_KEY_RE.fullmatch(info.key))
-         and m.group(2) == "idx"}
+        {
+            m.group(1)
+            for info in storage.list(PACKS)
+            if (m := PACK_KEY_RE.fullmatch(info.key)) and m.group(2) == "idx"
+        }
     )
     todo = [n for n in names if n not in done]
     packs = objects = 0
@@ -137,7 +140,8 @@ def fetch(
             listed[ref] = info
     # Read again only the cells whose etag moved since they were last seen.
     stale = [
-        ref for ref, info in listed.items()
+        ref
+        for ref, info in listed.items()
         if ref_kind(ref) == "tags"
         or info.etag is None
         or ref_short(ref) not in tracking
@@ -198,7 +202,7 @@ class SessionPull:
     session: str
     old: str | None
     new: str | None
-    outcome: str  # "created", "fast-forward", "up to date", "ahead", "diverged"
+    outcome: str  # "created", "fast-forward", "up to date", "ahead", "diverged", "busy"
 
 
 def pull(
@@ -232,6 +236,9 @@ def pull(
         meta = meta if isinstance(meta, dict) else {}
         try:
             outcome = store.fast_forward(sid, head, meta, f"pull {remote}")
+        except SessionBusy:  # a writer holds it: left for the next pull
+            out.append(SessionPull(sid, old, head, "busy"))
+            continue
         except RefConflict:
             out.append(SessionPull(sid, old, head, "diverged"))
             continue

@@ -60,6 +60,7 @@ class RefPush:
     outcome: str
     why: str | None = None  # for a rejection: what to do
     etag: str | None = None  # the cell's version once pushed (what a fetch compares)
+    value: Any = None  # what the cell holds once pushed (its tracking ref's body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +200,11 @@ def _swap(storage: RemoteStorage, plan: _Plan, force: bool) -> RefPush:
     for _ in range(8):  # each round lost to a writer that moved the ref meanwhile
         try:
             done = storage.swap(cell, value)
-            return RefPush(plan.ref, old, head, plan.outcome, etag=done.etag)
+            return RefPush(plan.ref, old, head, plan.outcome, etag=done.etag, value=value)
         except SwapFailed as e:
             current = e.current if e.current is not None else storage.read_cell(cell.key)
             if current.value == value:
-                return RefPush(plan.ref, old, head, "up to date", etag=current.etag)
+                return RefPush(plan.ref, old, head, "up to date", etag=current.etag, value=value)
             now = _target(current)
             # Go on only if every object the new version would need is on the remote
             # already (``now`` reaches it) or was sent by this push.
@@ -257,15 +258,24 @@ def push(
         if plan.ref in swapped:
             results.append(swapped[plan.ref])
         elif plan.outcome == "rejected":
-            results.append(RefPush(
-                plan.ref, _target(plan.cell), plan.rec.target, "rejected",
-                "the remote has changes you do not have; ags pull first (or --force)",
-            ))
+            results.append(
+                RefPush(
+                    plan.ref,
+                    _target(plan.cell),
+                    plan.rec.target,
+                    "rejected",
+                    "the remote has changes you do not have; ags pull first (or --force)",
+                )
+            )
         else:
             results.append(
                 RefPush(
-                    plan.ref, _target(plan.cell), plan.rec.target, plan.outcome,
+                    plan.ref,
+                    _target(plan.cell),
+                    plan.rec.target,
+                    plan.outcome,
                     etag=plan.cell.etag,
+                    value=plan.cell.value,
                 )
             )
     return PushResult(results, len(wanted), packs)
@@ -274,13 +284,15 @@ def push(
 def record_push(store: Store, remote: str, result: PushResult) -> None:
     """Move the remote-tracking refs of the sessions pushed to what the remote now holds
     (one batch: one sync)."""
-    moved = [r for r in result.refs if r.outcome != "rejected" and ref_kind(r.ref) == "sessions"]
+    moved = [
+        r
+        for r in result.refs
+        if r.outcome != "rejected" and ref_kind(r.ref) == "sessions" and isinstance(r.value, dict)
+    ]
     if not moved:
         return
     with store.batch():
         for r in moved:
-            rec = store.read_ref(r.ref)
-            if rec is None:
-                continue
-            body = {**cell_value(rec), "etag": r.etag}
+            # What was pushed, not the local ref now: it may have moved on meanwhile.
+            body = {**r.value, "etag": r.etag}
             store.set_tracking_ref(remote, ref_short(r.ref), body, f"push {remote}")

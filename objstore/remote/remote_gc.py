@@ -133,7 +133,8 @@ def _collect(
         if m:
             packs.setdefault(m.group(1), {})[m.group(2)] = info.modified
     chosen = [
-        name for name, parts in packs.items()
+        name
+        for name, parts in packs.items()
         if "idx" in parts and "pack" in parts and max(parts.values()) < cutoff
     ]
     # A pack without its index (a push killed between them) or an index without its
