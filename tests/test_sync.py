@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import tree_snapshot
-from s3_server import S3Server, aws_env_fixture, s3_env_fixture, seaweedfs_fixture  # noqa: F401
+from s3_server import (  # noqa: F401
+    S3Server,
+    aws_env_fixture,
+    s3_env_fixture,
+    s3rver_fixture,
+    seaweedfs_fixture,
+)
 
 from cli.main import cli
 from objstore import Store
@@ -207,6 +213,9 @@ def test_a_fetch_where_nothing_moved_reads_no_cell(
     with open_storage(location) as storage:
         first = fetch(b, storage, "origin")
     assert len(first.refs) == 5 and first.packs == 1
+    with open_storage(location) as storage:  # the pusher's tracking refs know the etags too
+        assert fetch(a, storage, "origin").refs == []
+        assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
     with open_storage(location) as storage:
         again = fetch(b, storage, "origin")
         assert again.refs == [] and again.packs == 0
@@ -331,3 +340,25 @@ def test_pull_leaves_a_busy_session_another_process_writes_and_says_so(
         with open_storage(location) as storage:
             _, pulled = pull(b, storage, "origin")
     assert [p.outcome for p in pulled] == ["busy"]
+
+
+def test_a_server_that_ignores_conditional_writes_gets_no_push(
+    tmp_path: Path, s3rver: S3Server, aws_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in s3rver.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = s3rver.new_bucket()
+    location = RemoteLocation(f"s3://{bucket}/ags", endpoint=s3rver.endpoint)
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 3)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 1 and "does not enforce conditional writes" in err
+    listed = s3rver.client().list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert listed == []
+
+
+def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["clone", str(tmp_path / "nowhere"), str(tmp_path / "c")])
+    assert result.exit_code == 1 and result.stderr.startswith("ags: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "c").exists()
