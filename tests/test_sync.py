@@ -362,3 +362,48 @@ def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> No
     assert result.exit_code == 1 and result.stderr.startswith("ags: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    from test_sync_kill import remote_is_consistent
+
+    from objstore.remote import collect_remote_garbage
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, g = new_store(tmp_path / "a", location), new_store(tmp_path / "g", location)
+    sids = [session_with(a, 20, str(i)) for i in range(4)]
+    do_push(a, location, *(f"sessions/{s}" for s in sids))
+    rng = random.Random(7)
+    swept = 0
+    for round_ in range(4):
+        _age(remote, 2 * 3600)  # everything so far is old enough to be chosen
+        stop = threading.Event()
+
+        def pushes(round_: int = round_) -> None:
+            for i in range(12):
+                sid = rng.choice(sids)
+                if i % 4 == 3:  # leave history behind: gc may sweep it
+                    a.rewind(sid, f"{sid}~3")
+                a.append(sid, {"role": "user", "content": f"round {round_} push {i}"})
+                do_push(a, location, f"sessions/{sid}", force=i % 4 == 3)
+            stop.set()
+
+        pusher = threading.Thread(target=pushes)
+        pusher.start()
+        while not stop.is_set():
+            with open_storage(location) as storage:
+                swept += collect_remote_garbage(g, storage, "origin", grace=600).objects_dropped
+        pusher.join()
+        remote_is_consistent(location, tmp_path / f"check{round_}")
+    assert swept > 0  # gc did sweep while the pushes ran
+    with open_storage(location) as storage:
+        for sid in sids:
+            assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
+    a.close()
+    g.close()

@@ -92,10 +92,11 @@ def index_ids(index: bytes, name: str) -> list[str]:
     return [index[at : at + 32].hex() for at in range(ENTRIES_AT, end, size)]
 
 
-def _fetch_packs(
+def fetch_packs(
     store: Store, storage: RemoteStorage, remote: str, progress: Progress | None
 ) -> tuple[int, int]:
-    """Fetch every pack not fetched before that holds an object this store lacks."""
+    """Fetch every pack not fetched before that holds an object this store lacks:
+    (packs fetched, objects new here)."""
     done = _fetched_packs(store, remote)
     names = sorted(
         {
@@ -152,7 +153,7 @@ def fetch(
         cells = dict(zip(stale, read, strict=True))
     heads = {_cell_target(c.value) for c in cells.values()} - {None}
     if any(not store.has_object(h) for h in heads if h is not None):
-        result.packs, result.objects = _fetch_packs(store, storage, remote, progress)
+        result.packs, result.objects = fetch_packs(store, storage, remote, progress)
     for ref, cell in cells.items():
         head = _cell_target(cell.value)
         if head is not None and not store.has_object(head):

@@ -37,7 +37,7 @@ from ..object_store import MIN_GRACE
 from ..reach import reachable
 from ..store import Store
 from .errors import SwapFailed
-from .fetch import fetch, index_ids
+from .fetch import fetch, fetch_packs, index_ids
 from .layout import (
     GC_LEASE,
     PACK_KEY_RE,
@@ -146,22 +146,27 @@ def _collect(
         for key in ([pack_key(name)] if "pack" in parts else [index_key(name)])
     ]
     stray += [i.key for i in storage.list(PROBE_PREFIX) if i.modified < cutoff]
-    # Mark: bring every object the refs reach here, then read the refs again.
+    # Mark: bring every object the refs reach here, then read the refs (after choosing),
+    # fetching again what a ref that moved meanwhile names.
     fetch(store, storage, remote)
-    marked: set[str] = set()
+    targets: dict[str, str] = {}
     for info in storage.list(REFS):
-        if ref_of_cell(info.key) is None:
-            continue
-        cell = storage.read_cell(info.key)
-        target = cell.value.get("target") if isinstance(cell.value, dict) else None
-        if target is None:
-            continue
-        if not store.has_object(target):
-            raise RefConflict(f"{info.key} moved while gc ran; run gc again")
+        if ref_of_cell(info.key) is not None:
+            value = storage.read_cell(info.key).value
+            if isinstance(value, dict) and isinstance(value.get("target"), str):
+                targets[info.key] = value["target"]
+    for _ in range(3):
+        if all(store.has_object(t) for t in targets.values()):
+            break
+        fetch_packs(store, storage, remote, None)
+    marked: set[str] = set()
+    for key, target in targets.items():
         try:
             marked |= reachable([target], store.node, skip_missing=False)
         except ObjectMissing as e:
-            raise RefConflict(f"{info.key} reaches {e}, which is not here; gc stopped") from None
+            raise RefConflict(
+                f"{key} reaches {e}, which the remote does not hold; gc stopped"
+            ) from None
     deleted = rewritten = dropped = 0
     for name in chosen:
         ids = index_ids(storage.get(index_key(name)), f"{storage.url} pack {name}")
