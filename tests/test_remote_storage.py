@@ -4,8 +4,8 @@ for both backends, then what only one of them has (errors, credentials, modes)."
 from __future__ import annotations
 
 import os
-import threading
 import stat
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta

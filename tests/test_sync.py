@@ -5,7 +5,10 @@ that diverged is never overwritten without --force, what arrives is verified."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,12 +22,20 @@ from s3_server import (  # noqa: F401
     s3rver_fixture,
     seaweedfs_fixture,
 )
+from test_sync_kill import remote_is_consistent
 
 from cli.main import cli
 from objstore import Store
-from objstore.remote import RemoteLocation, add_remote, open_storage
-from objstore.remote.fetch import fetch, pull
-from objstore.remote.push import push, record_push
+from objstore.remote import (
+    RemoteLocation,
+    add_remote,
+    collect_remote_garbage,
+    fetch,
+    open_storage,
+    pull,
+    push,
+    record_push,
+)
 
 
 @pytest.fixture(params=["directory", "s3"])
@@ -267,9 +278,6 @@ def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path
 
 def _age(remote: Path, seconds: float) -> None:
     """Make every key of a directory remote look ``seconds`` old (its LastModified)."""
-    import os
-    import time
-
     for path in remote.rglob("*"):
         if path.is_file() and not any(p.startswith(".") for p in path.relative_to(remote).parts):
             then = time.time() - seconds
@@ -367,12 +375,6 @@ def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> No
 def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
     tmp_path: Path,
 ) -> None:
-    import random
-
-    from test_sync_kill import remote_is_consistent
-
-    from objstore.remote import collect_remote_garbage
-
     remote = tmp_path / "remote"
     remote.mkdir()
     location = RemoteLocation(str(remote))
@@ -385,7 +387,7 @@ def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
         _age(remote, 2 * 3600)  # everything so far is old enough to be chosen
         stop = threading.Event()
 
-        def pushes(round_: int = round_) -> None:
+        def pushes(round_: int = round_, stop: threading.Event = stop) -> None:
             for i in range(12):
                 sid = rng.choice(sids)
                 if i % 4 == 3:  # leave history behind: gc may sweep it
