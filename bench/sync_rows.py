@@ -50,7 +50,9 @@ def sync_rows(base: Path, sessions: int, messages: int, project: Project) -> tup
                     store.append(sid, message)
                 store.release(sid)
                 sids.append(sid)
-        refs = [f"sessions/{s}" for s in sids]
+    # Pushed from the store as a later command finds it (closed: its packs merged).
+    refs = [f"sessions/{s}" for s in sids]
+    with Store.open(base / "ags") as store:
         with open_storage(location) as storage:
             push_s, result = timed(lambda: push(store, storage, refs))
             record_push(store, "origin", result)

@@ -28,7 +28,7 @@ from .. import canonical
 from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
-from ..refs import ref_kind, ref_short, session_ref
+from ..refs import RefRecord, ref_kind, ref_short, session_ref
 from ..store import Store
 from .errors import DamagedRemoteKey
 from .layout import (
@@ -219,29 +219,30 @@ def pull(
     fetched = fetch(store, storage, remote, progress=progress)
     tracking = store.tracking_refs(remote)
     wanted = sorted(tracking) if sessions is None else sessions
-    out: list[SessionPull] = []
     for sid in wanted:
-        rec = tracking.get(sid)
-        if rec is None:
+        if sid not in tracking:
             raise RefConflict(f"remote {remote} has no session {sid}")
-        head = rec.target
-        local = store.read_ref(session_ref(sid))
-        old = local.target if local is not None else None
-        if local is not None and old == head:
-            out.append(SessionPull(sid, old, head, "up to date"))
-            continue
-        if old is not None and head is not None and nodes_since(store, old, head) is not None:
-            out.append(SessionPull(sid, old, head, "ahead"))
-            continue
-        meta = rec.body.get("meta")
-        meta = meta if isinstance(meta, dict) else {}
-        try:
-            outcome = store.fast_forward(sid, head, meta, f"pull {remote}")
-        except SessionBusy:  # a writer holds it: left for the next pull
-            out.append(SessionPull(sid, old, head, "busy"))
-            continue
-        except RefConflict:
-            out.append(SessionPull(sid, old, head, "diverged"))
-            continue
-        out.append(SessionPull(sid, old, head, outcome))
+    with store.batch():  # one sync for every session moved, not a few per session
+        out = [_pull_one(store, remote, sid, tracking[sid]) for sid in wanted]
     return fetched, out
+
+
+def _pull_one(store: Store, remote: str, sid: str, rec: RefRecord) -> SessionPull:
+    """Move one local session to its remote-tracking ref ``rec`` if that is safe."""
+    head = rec.target
+    local = store.read_ref(session_ref(sid))
+    old = local.target if local is not None else None
+    if local is not None and old == head:
+        return SessionPull(sid, old, head, "up to date")
+    if old is not None and head is not None and nodes_since(store, old, head) is not None:
+        return SessionPull(sid, old, head, "ahead")
+    meta = rec.body.get("meta")
+    try:
+        outcome = store.fast_forward(
+            sid, head, meta if isinstance(meta, dict) else {}, f"pull {remote}"
+        )
+    except SessionBusy:  # a writer holds it: left for the next pull
+        return SessionPull(sid, old, head, "busy")
+    except RefConflict:
+        return SessionPull(sid, old, head, "diverged")
+    return SessionPull(sid, old, head, outcome)
