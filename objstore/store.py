@@ -1041,6 +1041,17 @@ class Store:
 
         self.refs.transact(name, reason, change)
 
+    def drop_tracking_refs(self, remote: str) -> int:
+        """Delete every remote-tracking ref of ``remote``, reflogs included (the remote
+        is forgotten: nothing of it should keep objects alive); return how many."""
+        prefix = f"remotes/{remote}/"
+        names = {n for n in self.refs.names("remotes") if n.startswith(prefix)}
+        names |= {n for n in self.refs.log_names() if n.startswith(prefix)}
+        for name in names:
+            self.refs.transact(name, "remote removed", lambda current: None)
+            self.refs.delete_reflog(name)
+        return len(names)
+
     def raw_object(self, object_id: str) -> tuple[str, bytes]:
         """``(kind, body)`` of any object, verified against its id."""
         return self.objects.get(object_id)

@@ -409,3 +409,36 @@ def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
             assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
     a.close()
     g.close()
+
+
+def test_what_an_importer_remembers_of_local_files_is_not_pushed(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 2)
+    a.set_meta(sid, imported={"version": 1, "tool": "codex", "path": "/home/me/secret.jsonl"})
+    result, _ = do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        assert "imported" not in storage.read_cell(f"refs/sessions/{sid}").value["meta"]
+        _, pulled = pull(b, storage, "origin")
+    assert b.session(sid).imported is None
+    again, _ = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in again.refs] == ["up to date"]
+
+
+def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 2)
+        do_push(a, location, f"sessions/{sid}")
+        with open_storage(location) as storage:
+            fetch(a, storage, "origin")
+        assert a.tracking_refs("origin")
+    code, _out, err = ags(tmp_path / "a", "remote", "remove", "origin")
+    assert code == 0, err
+    with Store.open(tmp_path / "a") as a:
+        assert a.tracking_refs("origin") == {}
+        assert not [n for n in a.ref_names() if n.startswith("remotes/")]
+        assert not [n for n in a.reflog_names() if n.startswith("remotes/")]
+    assert not (tmp_path / "a" / "cache" / "remotes" / "origin").exists()

@@ -76,8 +76,12 @@ class PushResult:
 
 def cell_value(rec: RefRecord) -> dict[str, Any]:
     """A remote cell's value for a local ref: its body without its generation (the
-    cell has its own)."""
-    return {k: v for k, v in rec.body.items() if k != "generation"}
+    cell has its own) and without ``meta.imported``: what an importer remembers of
+    files on this machine (their paths), which an export leaves out too."""
+    value = {k: v for k, v in rec.body.items() if k != "generation"}
+    if isinstance(value.get("meta"), dict):
+        value["meta"] = {k: v for k, v in value["meta"].items() if k != "imported"}
+    return value
 
 
 def _target(cell: Cell) -> str | None:
