@@ -442,3 +442,22 @@ def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
         assert not [n for n in a.ref_names() if n.startswith("remotes/")]
         assert not [n for n in a.reflog_names() if n.startswith("remotes/")]
     assert not (tmp_path / "a" / "cache" / "remotes" / "origin").exists()
+
+
+def test_push_without_names_pushes_the_session_checked_out_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "project").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        here, other = session_with(a, 2, "here"), session_with(a, 2, "other")
+    monkeypatch.chdir(tmp_path / "project")
+    code, out, err = ags(tmp_path / "a", "push")
+    assert code == 1 and "name the sessions or tags to push, or use --all" in err
+    assert ags(tmp_path / "a", "checkout", here)[0] == 0
+    code, out, err = ags(tmp_path / "a", "push", "--json")
+    assert code == 0, err
+    assert [r["ref"] for r in json.loads(out)["refs"]] == [f"sessions/{here}"]
+    with open_storage(location) as storage:
+        assert not storage.read_cell(f"refs/sessions/{other}").exists
