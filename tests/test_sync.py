@@ -461,3 +461,20 @@ def test_push_without_names_pushes_the_session_checked_out_here(
     assert [r["ref"] for r in json.loads(out)["refs"]] == [f"sessions/{here}"]
     with open_storage(location) as storage:
         assert not storage.read_cell(f"refs/sessions/{other}").exists
+
+
+def test_an_empty_session_does_not_empty_the_remote_one_unless_forced(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    meta = {**a.read_ref(f"sessions/{sid}").body["meta"], "messages": 0}  # type: ignore[union-attr]
+    b.fast_forward(sid, None, meta, "test")  # the same id, no history
+    assert b.session(sid).head is None
+    result, _ = do_push(b, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["rejected"]
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
+    result, _ = do_push(b, location, f"sessions/{sid}", force=True)
+    assert [r.outcome for r in result.refs] == ["forced"]

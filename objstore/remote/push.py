@@ -145,9 +145,14 @@ def _plan(store: Store, rec: RefRecord, cell: Cell, force: bool) -> tuple[_Plan,
     value, old, head = cell_value(rec), _target(cell), rec.target
     if cell.value == value:
         return _Plan(rec.name, rec, cell, "up to date"), ()
-    if head is None or old == head:
+    if old == head or (head is None and (old is None or force)):
+        # Metadata only (or an empty session); emptying a remote history is forced.
         outcome = "updated" if cell.exists else "created"
-        return _Plan(rec.name, rec, cell, outcome, frozenset([old] if old else [])), ()
+        if old != head:
+            outcome = "forced"
+        return _Plan(rec.name, rec, cell, outcome, frozenset([old] if old else []), force), ()
+    if head is None:
+        return _Plan(rec.name, rec, cell, "rejected"), ()
     since = nodes_since(store, head, old) if old is not None else None
     if old is not None and since is not None:
         plan = _Plan(rec.name, rec, cell, "fast-forward", frozenset([old, *since]))
