@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import RefConflict
-from ..nodes import SPAN_EVERY
+from ..errors import CorruptObject, RefConflict
+from ..nodes import SPAN_EVERY, Node, parse_node
 from ..packs import encode_block_pack
 from ..reach import node_links, reachable
 from ..refs import RefRecord, ref_kind, ref_short
@@ -140,7 +140,9 @@ def _read_cells(storage: RemoteStorage, refs: list[str]) -> dict[str, Cell]:
         return dict(zip(refs, cells, strict=True))
 
 
-def _plan(store: Store, rec: RefRecord, cell: Cell, force: bool) -> tuple[_Plan, Iterable[str]]:
+def _plan(
+    store: Store, reader: _Reader, rec: RefRecord, cell: Cell, force: bool
+) -> tuple[_Plan, Iterable[str]]:
     """What to do with one ref, and the objects it needs sent."""
     value, old, head = cell_value(rec), _target(cell), rec.target
     if cell.value == value:
@@ -158,20 +160,42 @@ def _plan(store: Store, rec: RefRecord, cell: Cell, force: bool) -> tuple[_Plan,
         plan = _Plan(rec.name, rec, cell, "fast-forward", frozenset([old, *since]))
         return plan, _new_objects(store, since, old)
     if old is None or force:
-        closure = reachable([head], store.node)
+        closure = reachable([head], reader.node)
         outcome = "created" if old is None else "forced"
         return _Plan(rec.name, rec, cell, outcome, frozenset(closure), True), closure
     return _Plan(rec.name, rec, cell, "rejected"), ()
 
 
-def _contents(store: Store, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
-    for oid in oids:
-        kind, body = store.raw_object(oid)
-        yield oid, kind.encode("ascii") + b"\0" + body
+class _Reader:
+    """Reads objects for a push once each: a node read to follow its links keeps its
+    content for the pack (a push of a whole history otherwise reads every node twice)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._kept: dict[str, bytes] = {}
+
+    def node(self, oid: str) -> Node:
+        kind, body = self._store.raw_object(oid)
+        if kind != "node":
+            raise CorruptObject(oid, f"expected a node, found a {kind}")
+        self._kept[oid] = b"node\0" + body
+        return parse_node(oid, body)
+
+    def contents(self, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        for oid in oids:
+            content = self._kept.pop(oid, None)
+            if content is None:
+                kind, body = self._store.raw_object(oid)
+                content = kind.encode("ascii") + b"\0" + body
+            yield oid, content
 
 
 def send_objects(
-    storage: RemoteStorage, store: Store, oids: list[str], progress: Progress | None = None
+    storage: RemoteStorage,
+    store: Store,
+    oids: list[str],
+    progress: Progress | None = None,
+    reader: _Reader | None = None,
 ) -> int:
     """Send ``oids`` as block packs, each pack before its index; return how many packs."""
     packs = 0
@@ -188,7 +212,7 @@ def send_objects(
         packs += 1
         batch, size = [], 0
 
-    for oid, content in _contents(store, oids):
+    for oid, content in (reader or _Reader(store)).contents(oids):
         batch.append((oid, content))
         size += len(content)
         done += 1
@@ -252,12 +276,13 @@ def push(
     cells = _read_cells(storage, list(records))
     plans: list[_Plan] = []
     wanted: dict[str, None] = {}  # ordered: a session's objects together
+    reader = _Reader(store)
     for ref, rec in records.items():
-        plan, oids = _plan(store, rec, cells[ref], force)
+        plan, oids = _plan(store, reader, rec, cells[ref], force)
         plans.append(plan)
         for oid in oids:
             wanted.setdefault(oid)
-    packs = send_objects(storage, store, list(wanted), progress) if wanted else 0
+    packs = send_objects(storage, store, list(wanted), progress, reader) if wanted else 0
     todo = [p for p in plans if p.outcome not in ("up to date", "rejected")]
     with ThreadPoolExecutor(PARALLEL) as pool:
         outcomes = pool.map(lambda p: _swap(storage, p, force), todo)
