@@ -4,6 +4,10 @@ incremental push of one message, against copying JSONL files the way a file sync
 
 Requests and bytes are counted where they leave the process (``TransferStats``);
 for JSONL, a request is one file written and the bytes are the files' sizes.
+``python -m bench`` uses a directory remote; against an S3 server (an empty
+bucket prefix, credentials in the environment)::
+
+    python -m bench.sync_rows --url s3://bench/run1 --endpoint http://127.0.0.1:8333
 """
 
 from __future__ import annotations
@@ -32,13 +36,19 @@ def _copy_files(files: list[Path], source: Path, dest: Path) -> tuple[int, int]:
     return len(files), sent
 
 
-def sync_rows(base: Path, sessions: int, messages: int, project: Project) -> tuple[list[Row], str]:
+def sync_rows(
+    base: Path,
+    sessions: int,
+    messages: int,
+    project: Project,
+    location: RemoteLocation | None = None,
+) -> tuple[list[Row], str]:
     conversation, rng = Conversation(project, seed=9), random.Random(9)
     per = max(1, messages // sessions)
     work = [conversation.take(rng.randint(per // 2, per * 3 // 2) or 1) for _ in range(sessions)]
-    remote = base / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    if location is None:
+        (base / "remote").mkdir()
+        location = RemoteLocation(str(base / "remote"))
     total = sum(len(m) for m in work)
     with Store.open(base / "ags") as store:
         add_remote(store, "origin", location)
@@ -97,9 +107,34 @@ def sync_rows(base: Path, sessions: int, messages: int, project: Project) -> tup
         Row("push_one_bytes", "  bytes sent", "B", one_stats[1], jone[1], "report only", None),
     ]  # fmt: skip
     note = (
-        f"remotes: {what} pushed to an empty directory remote, cloned back, then one "
+        f"remotes: {what} pushed to an empty {'S3' if location.is_s3 else 'directory'} "
+        "remote, cloned back, then one "
         "message appended and pushed; ags counts what RemoteStorage sends (its requests "
         "include the 7 of the conditional-write check before every push); JSONL copies "
         "each file as a file sync does (one PUT per file, the whole file when it changed)"
     )
     return rows, note
+
+
+def main() -> None:
+    import argparse
+    import tempfile
+
+    from .conversations import make_project
+    from .report import Report, machine_info, write_report
+
+    parser = argparse.ArgumentParser(prog="python -m bench.sync_rows")
+    parser.add_argument("--url", required=True, help="an empty remote: s3://bucket/prefix")
+    parser.add_argument("--endpoint")
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=100_000)
+    args = parser.parse_args()
+    location = RemoteLocation(args.url, endpoint=args.endpoint)
+    machine = machine_info()
+    with tempfile.TemporaryDirectory(prefix="ags-bench-sync-") as base:
+        rows, note = sync_rows(Path(base), args.sessions, args.messages, make_project(42), location)
+    write_report(Report(machine, {}, rows, [note], False), as_json=False)
+
+
+if __name__ == "__main__":
+    main()
