@@ -14,19 +14,23 @@ from typing import Any
 
 import click
 
-from objstore import Store
-from objstore.errors import RefConflict, UnknownSpec
+from objstore import InvalidName, RefConflict, SpecError, Store
 from objstore.remote import (
     BadRemote,
+    FetchResult,
+    PushResult,
+    SessionPull,
+    TransferStats,
     add_remote,
+    fetch,
     open_storage,
     parse_location,
+    pull,
+    push,
+    record_push,
     remote,
     remotes,
 )
-from objstore.remote.fetch import FetchResult, SessionPull, fetch, pull
-from objstore.remote.push import PushResult, push, record_push
-from objstore.remote.storage import TransferStats
 
 from .app import cli, open_store
 from .output import emit_json, short, visible
@@ -69,22 +73,23 @@ def _stats(stats: TransferStats) -> dict[str, int]:
 
 
 def _push_refs(store: Store, specs: tuple[str, ...], everything: bool) -> list[str]:
+    """The refs to push: every session and tag, the named ones (a tag by its name or
+    ``tags/NAME``, a session by any spec that names one), or the session HEAD names."""
     if everything:
-        refs = [n for n in store.ref_names() if n.startswith(("sessions/", "tags/"))]
-        return refs
+        return [n for n in store.ref_names() if n.startswith(("sessions/", "tags/"))]
     if not specs:
         try:
             return [f"sessions/{store.session_id('HEAD')}"]
-        except (UnknownSpec, RefConflict):
+        except SpecError:
             raise BadRemote("name the sessions or tags to push, or use --all") from None
     refs = []
     for spec in specs:
-        if store.read_ref(f"tags/{spec.removeprefix('tags/')}") is not None and not (
-            spec.startswith("sessions/")
-        ):
-            refs.append(f"tags/{spec.removeprefix('tags/')}")
-        else:
-            refs.append(f"sessions/{store.session_id(spec)}")
+        tag = f"tags/{spec.removeprefix('tags/')}"
+        try:
+            is_tag = not spec.startswith("sessions/") and store.read_ref(tag) is not None
+        except InvalidName:  # no tag name (a spec such as 3f2a~2): a session, or nothing
+            is_tag = False
+        refs.append(tag if is_tag else f"sessions/{store.session_id(spec)}")
     return list(dict.fromkeys(refs))
 
 

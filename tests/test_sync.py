@@ -478,3 +478,19 @@ def test_an_empty_session_does_not_empty_the_remote_one_unless_forced(
         assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
     result, _ = do_push(b, location, f"sessions/{sid}", force=True)
     assert [r.outcome for r in result.refs] == ["forced"]
+
+
+def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 3)
+        a.tag("v1", f"{sid}~1")
+    code, out, err = ags(tmp_path / "a", "push", "--json", "v1", sid[:6])
+    assert code == 0, err
+    assert [r["ref"] for r in json.loads(out)["refs"]] == ["tags/v1", f"sessions/{sid}"]
+    for bad in (f"{sid[:6]}~1", "nothing-here"):
+        code, _out, err = ags(tmp_path / "a", "push", bad)
+        assert code == 1 and err.startswith("ags: ") and err.count("\n") == 1, err
+    with open_storage(location) as storage:
+        assert storage.read_cell("refs/tags/v1").value == {"target": a.node_id(f"{sid}~1")}
