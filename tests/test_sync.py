@@ -494,3 +494,24 @@ def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: P
         assert code == 1 and err.startswith("ags: ") and err.count("\n") == 1, err
     with open_storage(location) as storage:
         assert storage.read_cell("refs/tags/v1").value == {"target": a.node_id(f"{sid}~1")}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[1, 2], {"target": "not a node id", "meta": {}}, {"target": None}, {"meta": {}}],
+)
+def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch(tmp_path: Path, value: object) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 2)
+        do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        cell = storage.read_cell(f"refs/sessions/{sid}")
+        storage.swap(cell, value)
+    Store.open(tmp_path / "b").close()
+    ags(tmp_path / "b", "remote", "add", "origin", str(tmp_path / "remote"))
+    before = tree_snapshot(tmp_path / "b")
+    code, _out, err = ags(tmp_path / "b", "pull")
+    assert code == 1 and "is not a ref cell ags wrote" in err and err.count("\n") == 1, err
+    assert tree_snapshot(tmp_path / "b") == before
