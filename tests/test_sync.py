@@ -500,7 +500,9 @@ def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: P
     "value",
     [[1, 2], {"target": "not a node id", "meta": {}}, {"target": None}, {"meta": {}}],
 )
-def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch(tmp_path: Path, value: object) -> None:
+def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
+    tmp_path: Path, value: object
+) -> None:
     (tmp_path / "remote").mkdir()
     location = RemoteLocation(str(tmp_path / "remote"))
     with new_store(tmp_path / "a", location) as a:
@@ -515,3 +517,13 @@ def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch(tmp_path: Path, value:
     code, _out, err = ags(tmp_path / "b", "pull")
     assert code == 1 and "is not a ref cell ags wrote" in err and err.count("\n") == 1, err
     assert tree_snapshot(tmp_path / "b") == before
+    remote_before = tree_snapshot(tmp_path / "remote")
+    for args in (["push", sid], ["gc", "--remote", "origin"]):  # nor overwritten, nor collected
+        code, _out, err = ags(tmp_path / "a", *args)
+        assert code == 1 and "is not a ref cell ags wrote" in err and err.count("\n") == 1, err
+    after = tree_snapshot(tmp_path / "remote")
+    assert {k: v for k, v in after.items() if "/." not in k and not k.startswith(".")} == {
+        k: v for k, v in remote_before.items() if "/." not in k and not k.startswith(".")
+    }
+    code, _out, err = ags(tmp_path / "a", "push", sid, "--force")
+    assert code == 0, err

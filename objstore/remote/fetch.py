@@ -27,7 +27,6 @@ from typing import Any, Final
 from .. import canonical
 from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
-from ..objects import ID_RE
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
 from ..refs import RefRecord, ref_kind, ref_short, session_ref
 from ..store import Store
@@ -36,6 +35,7 @@ from .layout import (
     PACK_KEY_RE,
     PACKS,
     REFS,
+    check_cell_value,
     index_key,
     pack_key,
     read_marker,
@@ -122,21 +122,6 @@ def fetch_packs(
     return packs, objects
 
 
-def _check_value(storage: RemoteStorage, ref: str, value: Any) -> None:
-    """A ref cell's value as FORMAT.md 16.4 has it, or DamagedRemoteKey: nothing of a
-    cell another program wrote is taken for a ref."""
-    if value is None:
-        return  # a tombstone
-    target = value.get("target", 0) if isinstance(value, dict) else 0
-    ok = target is None or (isinstance(target, str) and ID_RE.fullmatch(target) is not None)
-    if ref_kind(ref) == "sessions":
-        ok = ok and isinstance(value.get("meta"), dict)
-    else:
-        ok = ok and target is not None
-    if not ok:
-        raise DamagedRemoteKey(f"{storage.url}: {REFS}{ref} is not a ref cell ags wrote")
-
-
 def _cell_target(value: Any) -> str | None:
     return value.get("target") if isinstance(value, dict) else None
 
@@ -168,7 +153,7 @@ def fetch(
         read = pool.map(storage.read_cell, (REFS + r for r in stale))
         cells = dict(zip(stale, read, strict=True))
     for ref, cell in cells.items():
-        _check_value(storage, ref, cell.value)
+        check_cell_value(storage.url, ref, cell.value)
     heads = {_cell_target(c.value) for c in cells.values()} - {None}
     if any(not store.has_object(h) for h in heads if h is not None):
         result.packs, result.objects = fetch_packs(store, storage, remote, progress)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Final
+from typing import Any, Final
 
 from .. import canonical
 from ..errors import InvalidName
-from ..refs import SESSION_ID_RE, check_tag_name
+from ..objects import ID_RE
+from ..refs import SESSION_ID_RE, check_tag_name, ref_kind
 from .errors import BadRemote, DamagedRemoteKey, KeyMissing
 from .storage import PROBE_PREFIX, RemoteStorage
 
@@ -108,3 +109,18 @@ def ensure_marker(storage: RemoteStorage) -> None:
     pushes at once write the same bytes)."""
     if not read_marker(storage):
         storage.put_new(MARKER_KEY, _marker_body())
+
+
+def check_cell_value(url: str, ref: str, value: Any) -> None:
+    """A ref cell's value as FORMAT.md 16.4 has it, or DamagedRemoteKey: nothing of a
+    cell another program wrote is taken for a ref."""
+    if value is None:
+        return  # a tombstone
+    target = value.get("target", 0) if isinstance(value, dict) else 0
+    ok = target is None or (isinstance(target, str) and ID_RE.fullmatch(target) is not None)
+    if ref_kind(ref) == "sessions":
+        ok = ok and isinstance(value.get("meta"), dict)
+    else:
+        ok = ok and target is not None
+    if not ok:
+        raise DamagedRemoteKey(f"{url}: {cell_key(ref)} is not a ref cell ags wrote")

@@ -33,13 +33,14 @@ from typing import Any, Final
 
 from ..errors import CorruptObject, RefConflict
 from ..nodes import SPAN_EVERY, Node, parse_node
+from ..objects import ID_RE
 from ..packs import encode_block_pack
 from ..reach import node_links, reachable
 from ..refs import RefRecord, ref_kind, ref_short
 from ..store import Store
 from ..walk import walk
 from .errors import SwapFailed
-from .layout import cell_key, ensure_marker, index_key, new_pack_name, pack_key
+from .layout import cell_key, check_cell_value, ensure_marker, index_key, new_pack_name, pack_key
 from .storage import Cell, RemoteStorage
 
 PACK_CONTENT_BYTES: Final = 256 * 1024 * 1024
@@ -85,8 +86,11 @@ def cell_value(rec: RefRecord) -> dict[str, Any]:
 
 
 def _target(cell: Cell) -> str | None:
+    """The node a cell names; None for none, or for a value ags did not write (which
+    only ``--force`` gets past, check_cell_value)."""
     value = cell.value
-    return value.get("target") if isinstance(value, dict) else None
+    target = value.get("target") if isinstance(value, dict) else None
+    return target if isinstance(target, str) and ID_RE.fullmatch(target) else None
 
 
 def nodes_since(store: Store, head: str, base: str) -> list[str] | None:
@@ -274,6 +278,9 @@ def push(
             raise RefConflict(f"{ref} does not exist here")
         records[ref] = rec
     cells = _read_cells(storage, list(records))
+    if not force:  # a cell some other program wrote is not overwritten unasked
+        for ref, cell in cells.items():
+            check_cell_value(storage.url, ref, cell.value)
     plans: list[_Plan] = []
     wanted: dict[str, None] = {}  # ordered: a session's objects together
     reader = _Reader(store)

@@ -43,6 +43,7 @@ from .layout import (
     PACK_KEY_RE,
     PACKS,
     REFS,
+    check_cell_value,
     index_key,
     pack_key,
     read_marker,
@@ -151,9 +152,11 @@ def _collect(
     fetch(store, storage, remote)
     targets: dict[str, str] = {}
     for info in storage.list(REFS):
-        if ref_of_cell(info.key) is not None:
+        ref = ref_of_cell(info.key)
+        if ref is not None:
             value = storage.read_cell(info.key).value
-            if isinstance(value, dict) and isinstance(value.get("target"), str):
+            check_cell_value(storage.url, ref, value)  # what it reaches must be known
+            if value is not None and value["target"] is not None:
                 targets[info.key] = value["target"]
     for _ in range(3):
         if all(store.has_object(t) for t in targets.values()):
