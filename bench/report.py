@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Unit = Literal["msg/s", "s", "B"]
+Unit = Literal["msg/s", "s", "B", "req"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,8 @@ def format_value(value: float, unit: Unit) -> str:
         return f"{value:,.0f}/s"
     if unit == "s":
         return f"{value * 1e6:,.0f} us" if value < 1e-3 else f"{value * 1e3:,.1f} ms"
+    if unit == "req":
+        return f"{value:,.0f} req"
     if value < 1024 * 1024:
         return f"{value / 1024:,.1f} KB"
     return f"{value / (1024 * 1024):,.1f} MB"

@@ -47,6 +47,8 @@ class Sizes:
     search_runs: int = 7
     imported_files: int = 1000
     imported_messages: int = 100_000
+    synced_sessions: int = 1000
+    synced_messages: int = 100_000
 
 
 DEFAULT_SIZES = Sizes()
@@ -66,6 +68,8 @@ QUICK_SIZES = Sizes(
     search_runs=2,
     imported_files=30,
     imported_messages=1500,
+    synced_sessions=20,
+    synced_messages=400,
 )
 
 
@@ -486,6 +490,14 @@ def web_pages(base: Path, sizes: Sizes, project: Project) -> Outcome:
     return Outcome(rows, note)
 
 
+def push_and_clone(base: Path, sizes: Sizes, project: Project) -> Outcome:
+    """Push and clone many sessions through a directory remote, and push one message."""
+    from .sync_rows import sync_rows
+
+    rows, note = sync_rows(base, sizes.synced_sessions, sizes.synced_messages, project)
+    return Outcome(rows, note)
+
+
 def _format_rows() -> tuple[Scenario, ...]:
     from .format_rows import live_reader, resume_uncompacted, session_bytes, threaded_appends
 
@@ -502,4 +514,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     import_claude_code,
     web_pages,
     *_format_rows(),
+    push_and_clone,
 )

@@ -13,6 +13,7 @@ from .maintenance import gc  # noqa: F401
 from .remotes import remote_cmd  # noqa: F401
 from .serve import serve_cmd  # noqa: F401
 from .sessions import fork  # noqa: F401
+from .sync import push_cmd  # noqa: F401
 
 
 def main() -> None:

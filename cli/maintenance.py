@@ -12,6 +12,7 @@ import click
 from agent.importers import TOOL_NAMES, import_sessions
 from objstore import (
     AgsError,
+    Store,
     check_store,
     collect_garbage,
     encode_document,
@@ -21,6 +22,7 @@ from objstore import (
     store_usage,
     write_private_file,
 )
+from objstore.remote import collect_remote_garbage, open_storage, remote
 
 from .app import cli, open_store
 from .output import (
@@ -208,6 +210,13 @@ def _duration_or_never(value: str) -> float | None:
     show_default=True,
     help="Expire reflog entries older than this ('never' keeps them).",
 )
+@click.option(
+    "--remote",
+    "remote_name",
+    metavar="NAME",
+    help="Collect on this remote instead: drop its packs no remote ref reaches "
+    "(ages from the server's clock, the same --grace).",
+)
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")  # fmt: skip
 @click.pass_context
@@ -216,17 +225,23 @@ def gc(
     retention: str,
     grace: str,
     reflog_age: str,
+    remote_name: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
     """Drop archived sessions past retention, expire old reflog entries, and
-    sweep objects nothing reaches. Safe beside a running agent.
+    sweep objects nothing reaches. Safe beside a running agent. With --remote,
+    collect on a remote instead (safe beside a push).
 
     \b
     Examples:
       ags gc --dry-run
       ags gc --archived-older-than 7d --json
+      ags gc --remote origin --grace 2h
     """
+    if remote_name is not None:
+        _remote_gc(open_store(ctx), remote_name, parse_duration(grace), dry_run, as_json)
+        return
     archived_older_than = _duration_or_never(retention)
     reflog_older_than = _duration_or_never(reflog_age)
     grace_seconds = parse_duration(grace)
@@ -268,6 +283,24 @@ def gc(
     if report.sessions_skipped:
         lines.append(f"skipped (a writer holds them): {' '.join(report.sessions_skipped)}")
     emit_lines(lines, page=False)
+
+
+def _remote_gc(store: Store, name: str, grace: float, dry_run: bool, as_json: bool) -> None:
+    with open_storage(remote(store, name)) as storage:
+        report = collect_remote_garbage(store, storage, name, grace=grace, dry_run=dry_run)
+    if as_json:
+        emit_json(report)
+        return
+    would = "would be " if dry_run else ""
+    emit_lines(
+        [
+            f"packs {would}deleted: {report.packs_deleted}"
+            f" ({report.packs_rewritten} sent again with what is still reached)",
+            f"objects {would}dropped: {report.objects_dropped}",
+            f"stray keys {would}deleted: {report.other_keys_deleted}",
+        ],
+        page=False,
+    )
 
 
 @cli.command()

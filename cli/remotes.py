@@ -118,7 +118,8 @@ def remote_add(
 @click.argument("name")
 @click.pass_context
 def remote_remove(ctx: click.Context, name: str) -> None:
-    """Forget a remote. Nothing on the remote itself changes.
+    """Forget a remote, and its remote-tracking refs (remotes/NAME/...). Nothing
+    on the remote itself changes.
 
     \b
     Examples:

@@ -310,6 +310,76 @@ BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
+def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, bytes]:
+    """A whole block pack (5.5) and its index (5.3, version 2), in memory, of the
+    objects ``contents`` gives by ``(id, kind + NUL + body)`` (verified by the caller):
+    what a push sends. The bytes are those a ``BlockPackWriter`` would write."""
+    parts: list[bytes] = [BLOCK_PACK_MAGIC]
+    size = len(BLOCK_PACK_MAGIC)
+    entries: dict[str, tuple[int, int, int]] = {}
+    pending: dict[str, bytes] = {}
+    pending_bytes = 0
+
+    def flush() -> None:
+        nonlocal size, pending, pending_bytes
+        content = encode_block(pending.items())
+        frame = _block_compressor().compress(content)
+        at = size + RECORD_HEAD.size
+        parts.append(encode_record(TYPE_BLOCK, blake3.blake3(frame).digest(), frame))
+        size += RECORD_HEAD.size + len(frame)
+        for oid, inner, length in iter_block(content):
+            entries[oid] = (at, inner, length)
+        pending, pending_bytes = {}, 0
+
+    for oid, content in contents:
+        if oid in entries or oid in pending:
+            continue
+        pending[oid] = content
+        pending_bytes += len(content)
+        if pending_bytes >= BLOCK_BYTES:
+            flush()
+    if pending:
+        flush()
+    return b"".join(parts), encode_index(entries.items(), size, version=2)
+
+
+def verified_block_pack(
+    pack: bytes, index: bytes, name: str
+) -> list[tuple[bytes, list[tuple[str, int, int]]]]:
+    """Check a block pack that arrived whole with its index, as a fetch receives it:
+    every record whole and verified (a block by its checksum, each object in it by its
+    id), nothing after the last record, and the index exactly the one its records
+    give. Returns each block's record and its objects' (id, offset, length);
+    DamagedPack naming ``name`` otherwise. Plain object records are refused: ags
+    writes none into a pack it sends."""
+    if pack[: len(BLOCK_PACK_MAGIC)] != BLOCK_PACK_MAGIC:
+        raise DamagedPack(f"{name} is not a block pack")
+    start = len(BLOCK_PACK_MAGIC)
+    blocks: list[tuple[bytes, list[tuple[str, int, int]]]] = []
+    entries: dict[str, tuple[int, int, int]] = {}
+    end = start
+    for record in iter_records(memoryview(pack)[start:], start, (TYPE_OBJECT, TYPE_BLOCK)):
+        off, length = record.location
+        frame = pack[off : off + length]
+        if record.type != TYPE_BLOCK or blake3.blake3(frame).digest() != record.raw_id:
+            raise DamagedPack(f"{name} has a damaged record at byte {off - RECORD_HEAD.size}")
+        try:
+            content = decompress_block(frame)
+            members = list(iter_block(content))
+            for oid, inner, n in members:
+                objects.verified(oid, content[inner : inner + n])
+                entries.setdefault(oid, (off, inner, n))
+        except (ValueError, CorruptObject) as e:
+            raise DamagedPack(f"{name} has a damaged block at byte {off}: {e}") from None
+        blocks.append((pack[off - RECORD_HEAD.size : off + length], members))
+        end = off + length
+    if end != len(pack):
+        raise DamagedPack(f"{name} is cut short or has bytes after its last record")
+    if encode_index(entries.items(), end, version=2) != index:
+        raise DamagedPack(f"{name}: its index does not match its records")
+    return blocks
+
+
 def _block_compressor() -> zstandard.ZstdCompressor:
     return objects.thread_compressor(
         "block", level=objects.ZSTD_LEVEL, write_checksum=True, write_content_size=True

@@ -6,7 +6,10 @@ Ref names and where they live:
   and its metadata;
 * ``tags/<name>`` -> ``refs/tags/<name>``: a node;
 * ``HEAD/<root key>`` -> ``refs/HEAD/<key>``: what a project root has checked
-  out (``sessions/<id>``, or a node id when detached).
+  out (``sessions/<id>``, or a node id when detached);
+* ``remotes/<remote>/<session id>`` -> ``refs/remotes/<remote>/<id>``: a
+  remote-tracking ref, the head a remote's session had when last seen (a push
+  or a fetch moves it; nothing else does).
 
 A ref file is canonical JSON and a newline: ``{"generation": N, "target": ...}``
 plus fields of its own kind. ``generation`` goes up by one on every update and
@@ -53,6 +56,8 @@ from .reflog import ReflogEntry, read_reflog, unreadable_lines
 
 SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 TAG_PART_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
+# A remote's name as config.json allows it (FORMAT.md 15); ".lock" endings are refused there.
+REMOTE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 LOCK_STRIPES: Final = 256
 OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
 
@@ -103,14 +108,25 @@ def check_ref_name(name: str) -> str:
         check_session_id(rest)
     elif sep and kind == "tags":
         check_tag_name(rest)
-    elif sep and kind == "HEAD" and SESSION_ID_RE.fullmatch(rest):
-        pass
-    else:
+    elif not sep or not (
+        (kind == "HEAD" and SESSION_ID_RE.fullmatch(rest))
+        or (kind == "remotes" and _tracking_name_ok(rest))
+    ):
         raise InvalidName(f"bad ref name: {name!r}")
     return name
 
 
-REF_KINDS: Final = ("sessions", "tags", "HEAD")
+def _tracking_name_ok(rest: str) -> bool:
+    remote, sep, sid = rest.partition("/")
+    return bool(
+        sep
+        and REMOTE_NAME_RE.fullmatch(remote)
+        and not remote.endswith(".lock")
+        and SESSION_ID_RE.fullmatch(sid)
+    )
+
+
+REF_KINDS: Final = ("sessions", "tags", "HEAD", "remotes")
 """The kinds of ref, each a directory under ``refs/`` (FORMAT.md 6)."""
 
 
@@ -122,8 +138,13 @@ def tag_ref(name: str) -> str:
     return f"tags/{name}"
 
 
+def tracking_ref(remote: str, sid: str) -> str:
+    """The remote-tracking ref of session ``sid`` on remote ``remote``."""
+    return f"remotes/{remote}/{sid}"
+
+
 def ref_kind(name: str) -> str:
-    """``sessions``, ``tags`` or ``HEAD``: the part of a ref name before its first ``/``."""
+    """``sessions``, ``tags``, ``HEAD`` or ``remotes``: the part before the first ``/``."""
     return name.partition("/")[0]
 
 
@@ -211,7 +232,7 @@ class RefStore:
             yield from self.names(kind)
 
     def names(self, kind: str) -> Iterator[str]:
-        """Every ref name of a kind (``sessions``, ``tags`` or ``HEAD``), unsorted."""
+        """Every ref name of a kind (one of REF_KINDS), unsorted."""
         base = self.root / kind
         seen: set[str] = set()
         for dirpath, _dirs, filenames in os.walk(base):

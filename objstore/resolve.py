@@ -89,6 +89,8 @@ class Resolver:
             return tag_ref(check_tag_name(base[5:]))
         if base.startswith("sessions/") and SESSION_ID_RE.fullmatch(base[9:]):
             return base  # a full id: its reflog outlives a deleted session
+        if base.startswith("remotes/"):
+            return self._tracking_ref(base, parsed.text)
         session, _node = self._base(parsed, root)
         if session is not None:
             return session_ref(session)
@@ -131,6 +133,9 @@ class Resolver:
             return sid, self._session_head(sid)
         if base.startswith("tags/"):
             return None, self._tag_target(check_tag_name(base[5:]))
+        if base.startswith("remotes/"):
+            rec = self._refs.read(self._tracking_ref(base, parsed.text))
+            return None, rec.target if rec else None
         if HEX_PREFIX.fullmatch(base):
             sessions = self._sessions_with_prefix(base)
             # A full session id is taken as one, as Git takes a ref name before a hash.
@@ -170,6 +175,19 @@ class Resolver:
         if rec is None:
             raise UnknownSpec(f"no tag {name}")
         return rec.target
+
+    def _tracking_ref(self, base: str, text: str) -> str:
+        """The one remote-tracking ref ``remotes/<remote>/<session id or prefix>`` names."""
+        remote, _, prefix = base[len("remotes/") :].partition("/")
+        if not HEX_PREFIX.fullmatch(prefix) or len(prefix) > 32:
+            raise UnknownSpec(f"{text}: write remotes/<remote>/<session id or prefix>")
+        start = f"remotes/{remote}/{prefix}"
+        found = sorted(n for n in self._refs.names("remotes") if n.startswith(start))
+        if len(found) > 1:
+            raise AmbiguousSpec(text, found)
+        if not found:
+            raise UnknownSpec(f"no remote-tracking ref matches {text!r} (ags fetch first?)")
+        return found[0]
 
     def _sessions_with_prefix(self, prefix: str) -> list[str]:
         if len(prefix) > 32:

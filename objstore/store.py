@@ -73,6 +73,7 @@ from .refs import (
     ref_short,
     session_ref,
     tag_ref,
+    tracking_ref,
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
@@ -1099,6 +1100,54 @@ class Store:
         with self.writing(session_id) if exists else nullcontext():
             self.refs.transact(session_ref(session_id), reason, change)
         return outcome
+
+    def has_object(self, object_id: str) -> bool:
+        """Whether the store holds ``object_id`` (not verified: reading it verifies)."""
+        return self.objects.has(object_id)
+
+    def add_pack(self, pack: bytes, index: bytes, name: str) -> int:
+        """Add a whole block pack and its index from elsewhere (a remote's), verified
+        object by object first; return how many objects were new here (FORMAT.md 5.5)."""
+        return self.objects.add_pack(pack, index, name)
+
+    def tracking_refs(self, remote: str) -> dict[str, RefRecord]:
+        """The remote-tracking refs of ``remote``, by session id (FORMAT.md 6)."""
+        prefix = f"remotes/{remote}/"
+        found = {}
+        for name in self.refs.names("remotes"):
+            if name.startswith(prefix):
+                rec = self.refs.read(name)
+                if rec is not None:
+                    found[ref_short(name).partition("/")[2]] = rec
+        return found
+
+    def set_tracking_ref(
+        self, remote: str, session_id: str, body: Body | None, reason: str
+    ) -> None:
+        """Point ``remotes/<remote>/<session>`` at what the remote was seen to hold
+        (``body``: target, meta and the remote cell's etag), or delete it (None). Only
+        a push or a fetch moves it; its reflog keeps where it was."""
+        name = tracking_ref(remote, check_session_id(session_id))
+
+        def change(current: RefRecord | None) -> Body | None:
+            if body is None:
+                return None
+            if current is not None and {**current.body, **body} == current.body:
+                return current.body
+            return body
+
+        self.refs.transact(name, reason, change)
+
+    def drop_tracking_refs(self, remote: str) -> int:
+        """Delete every remote-tracking ref of ``remote``, reflogs included (the remote
+        is forgotten: nothing of it should keep objects alive); return how many."""
+        prefix = f"remotes/{remote}/"
+        names = {n for n in self.refs.names("remotes") if n.startswith(prefix)}
+        names |= {n for n in self.refs.log_names() if n.startswith(prefix)}
+        for name in names:
+            self.refs.transact(name, "remote removed", lambda current: None)
+            self.refs.delete_reflog(name)
+        return len(names)
 
     def raw_object(self, object_id: str) -> tuple[str, bytes]:
         """``(kind, body)`` of any object, verified against its id."""

@@ -31,6 +31,14 @@ ROWS = {
     "live_reader",
     "closed_reader",
     "threads_8",
+    "push_all",
+    "push_all_requests",
+    "push_all_bytes",
+    "clone_all",
+    "clone_all_bytes",
+    "push_one",
+    "push_one_requests",
+    "push_one_bytes",
 }
 
 

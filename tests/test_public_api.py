@@ -47,6 +47,11 @@ REMOTE_PUBLIC = {
     "add_remote", "remote", "remotes", "remove_remote",
     "RemoteError", "BadRemote", "AccessDenied", "BucketMissing", "ConditionalWritesIgnored",
     "DamagedRemoteKey", "KeyMissing", "NoCredentials", "RemoteUnreachable", "SwapFailed",
+    "TransferStats",
+    # the sync: push, fetch, pull, remote gc, and what they report
+    "push", "record_push", "PushResult", "RefPush",
+    "fetch", "pull", "FetchResult", "RefFetch", "SessionPull",
+    "collect_remote_garbage", "RemoteGcReport",
 }  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -426,3 +427,29 @@ def test_a_directory_remote_on_a_read_only_disk_can_be_read_not_written(tmp_path
             storage.put_new("packs/q", b"y")
     finally:
         subprocess.run(["umount", mounted], check=True)
+
+
+def test_directory_writes_beside_deletes_of_neighbours_never_fail(tmp_path: Path) -> None:
+    """A delete prunes the "directory" it emptied; a write of a neighbouring key that
+    meets it gone makes it again, however often the two cross."""
+    root = tmp_path / "remote"
+    root.mkdir()
+    errors: list[BaseException] = []
+
+    def churn(me: int) -> None:
+        with DirectoryStorage(str(root)) as storage:
+            for i in range(300):
+                key = f"probe/t{me}-{i}"
+                try:
+                    storage.put_new(key, b"x")
+                    storage.delete(key)
+                except BaseException as e:  # noqa: BLE001 - collected for the assert
+                    errors.append(e)
+                    return
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

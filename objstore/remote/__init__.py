@@ -9,7 +9,9 @@ design of push, fetch and remote gc over it):
 * ``s3.py`` (boto3) and ``directory.py``: its two backends;
 * ``location.py``: remote URLs, endpoints and regions, and ``open_storage``;
 * ``config.py``: the remotes a store knows, in its ``config.json``;
-* ``errors.py``: what can go wrong, under ``AgsError``.
+* ``errors.py``: what can go wrong, under ``AgsError``;
+* the sync over them: ``layout.py`` (what a remote holds where), ``push.py``,
+  ``fetch.py`` (fetch and pull) and ``remote_gc.py``.
 
 boto3 is imported only when an S3 remote is opened.
 """
@@ -27,10 +29,25 @@ from .errors import (
     RemoteUnreachable,
     SwapFailed,
 )
+from .fetch import FetchResult, RefFetch, SessionPull, fetch, pull
 from .location import RemoteLocation, check_remote_name, open_storage, parse_location
-from .storage import Cell, ObjectInfo, RemoteStorage
+from .push import PushResult, RefPush, push, record_push
+from .remote_gc import RemoteGcReport, collect_remote_garbage
+from .storage import Cell, ObjectInfo, RemoteStorage, TransferStats
 
 __all__ = [
+    "FetchResult",
+    "PushResult",
+    "RefFetch",
+    "RefPush",
+    "RemoteGcReport",
+    "SessionPull",
+    "TransferStats",
+    "collect_remote_garbage",
+    "fetch",
+    "pull",
+    "push",
+    "record_push",
     "AccessDenied",
     "BadRemote",
     "BucketMissing",

@@ -12,6 +12,7 @@ Credentials are never in it: a remote is a URL, an endpoint and a region.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -128,6 +129,9 @@ def remove_remote(store: Store, name: str) -> RemoteLocation:
         removed.append(_location(_path(store), name, doc["remotes"].pop(name)))
 
     _change(store, remove)
+    # What was seen of it goes too, as git forgets a removed remote's refs.
+    store.drop_tracking_refs(name)
+    shutil.rmtree(Path(store.path) / "cache" / "remotes" / name, ignore_errors=True)
     return removed[0]
 
 

@@ -36,7 +36,7 @@ from typing import Final, TypeVar
 
 import blake3
 
-from ..files import FileLock, atomic_write, make_dir, read_file
+from ..files import FileLock, make_dir, read_file, replace, write_new
 from .errors import BucketMissing, RemoteError, SwapFailed
 from .storage import ObjectInfo, RemoteStorage, TransferStats
 
@@ -99,7 +99,21 @@ class DirectoryStorage(RemoteStorage):
 
     def _write(self, key: str, data: bytes) -> str:
         def write() -> None:
-            atomic_write(self.root / TMP, self._path(key), data)
+            tmp = write_new(self.root / TMP, data)
+            try:
+                # A delete of a neighbouring key prunes a "directory" it left empty
+                # (_prune_empty_parents), perhaps between ``replace`` making it again
+                # and renaming into it: try again, as S3 knows no directories at all.
+                for attempt in range(PRUNE_RACE_TRIES):
+                    try:
+                        replace(tmp, self._path(key))
+                        return
+                    except FileNotFoundError:
+                        if attempt == PRUNE_RACE_TRIES - 1:
+                            raise
+            except BaseException:
+                _unlink_if_present(Path(tmp))
+                raise
 
         self._guard(write)
         self.stats.add(requests=1, sent=len(data))
@@ -188,6 +202,9 @@ class DirectoryStorage(RemoteStorage):
                 self._guard(partial(_unlink_if_present, path))
             self.stats.add(requests=1)
             self._guard(partial(_prune_empty_parents, path.parent, self.root))
+
+
+PRUNE_RACE_TRIES: Final = 16
 
 
 def _make_dir_once(path: Path) -> None:

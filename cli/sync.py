@@ -1,0 +1,314 @@
+"""``ags push``, ``fetch``, ``pull``, ``clone``: syncing a store with its remotes.
+
+The logic lives in objstore/remote (push.py, fetch.py); this module picks the
+remote, parses, calls and prints (a line per ref, ``--json`` for scripts,
+progress on stderr when it is a terminal).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from objstore import InvalidName, RefConflict, SpecError, Store
+from objstore.remote import (
+    BadRemote,
+    FetchResult,
+    PushResult,
+    SessionPull,
+    TransferStats,
+    add_remote,
+    fetch,
+    open_storage,
+    parse_location,
+    pull,
+    push,
+    record_push,
+    remote,
+    remotes,
+)
+
+from .app import cli, open_store
+from .output import emit_json, short, visible
+
+
+def _pick_remote(store: Store, name: str | None) -> str:
+    """``name``, or ``origin``, or the only remote."""
+    known = remotes(store)
+    if name is not None:
+        remote(store, name)  # BadRemote if unknown
+        return name
+    if "origin" in known:
+        return "origin"
+    if len(known) == 1:
+        return next(iter(known))
+    if not known:
+        raise BadRemote("this store has no remote (ags remote add NAME URL)")
+    raise BadRemote(f"name the remote: {', '.join(sorted(known))}")
+
+
+def _progress(enabled: bool) -> Any:
+    if not enabled or not sys.stderr.isatty():
+        return None
+
+    def show(what: str, done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        click.echo(f"\r{what}: {done:,}/{total:,}", err=True, nl=False)
+        if end:
+            click.echo("", err=True)
+
+    return show
+
+
+def _stats(stats: TransferStats) -> dict[str, int]:
+    return {
+        "requests": stats.requests,
+        "bytes_sent": stats.bytes_sent,
+        "bytes_received": stats.bytes_received,
+    }
+
+
+def _push_refs(store: Store, specs: tuple[str, ...], everything: bool) -> list[str]:
+    """The refs to push: every session and tag, the named ones (a tag by its name or
+    ``tags/NAME``, a session by any spec that names one), or the session HEAD names."""
+    if everything:
+        return [n for n in store.ref_names() if n.startswith(("sessions/", "tags/"))]
+    if not specs:
+        try:
+            return [f"sessions/{store.session_id('HEAD')}"]
+        except SpecError:
+            raise BadRemote("name the sessions or tags to push, or use --all") from None
+    refs = []
+    for spec in specs:
+        tag = f"tags/{spec.removeprefix('tags/')}"
+        try:
+            is_tag = not spec.startswith("sessions/") and store.read_ref(tag) is not None
+        except InvalidName:  # no tag name (a spec such as 3f2a~2): a session, or nothing
+            is_tag = False
+        refs.append(tag if is_tag else f"sessions/{store.session_id(spec)}")
+    return list(dict.fromkeys(refs))
+
+
+@cli.command("push")
+@click.argument("args", nargs=-1, metavar="[REMOTE] [SESSION|TAG ...]")
+@click.option("--all", "everything", is_flag=True, help="Push every session and tag.")
+@click.option("--force", is_flag=True, help="Overwrite a remote ref that is not an ancestor.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def push_cmd(
+    ctx: click.Context, args: tuple[str, ...], everything: bool, force: bool, as_json: bool
+) -> None:
+    """Send sessions (and tags) to a remote: only the objects it lacks, as packs,
+    then each ref by compare-and-swap. A ref the remote moved past yours is
+    refused (ags pull first) unless --force. Without sessions, pushes the one
+    HEAD names here; REMOTE defaults to origin (or the only remote).
+
+    \b
+    Examples:
+      ags push                      # the checked-out session, to origin
+      ags push origin 3f2a tags/v1
+      ags push usb --all
+      ags push origin 3f2a --force
+    """
+    store = open_store(ctx)
+    known = remotes(store)
+    name = args[0] if args and args[0] in known else None
+    specs = args[1:] if name is not None else args
+    name = _pick_remote(store, name)
+    if everything and specs:
+        raise BadRemote("--all pushes everything: name no sessions with it")
+    refs = _push_refs(store, specs, everything)
+    with open_storage(remote(store, name)) as storage:
+        result = push(store, storage, refs, force=force, progress=_progress(not as_json))
+        record_push(store, name, result)
+        stats = _stats(storage.stats)
+    _print_push(name, result, stats, as_json)
+    if result.rejected:
+        first = result.rejected[0]
+        raise RefConflict(
+            f"rejected {len(result.rejected)} of {len(result.refs)} refs ({first.ref}: {first.why})"
+        )
+
+
+def _print_push(name: str, result: PushResult, stats: dict[str, int], as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {
+                "remote": name,
+                "refs": [
+                    {"ref": r.ref, "old": r.old, "new": r.new, "outcome": r.outcome, "why": r.why}
+                    for r in result.refs
+                ],
+                "objects": result.objects,
+                "packs": result.packs,
+                **stats,
+            }
+        )
+        return
+    for r in result.refs:
+        why = f" ({r.why})" if r.why else ""
+        click.echo(visible(f"{r.outcome:<12} {r.ref}  {short(r.old)} -> {short(r.new)}{why}"))
+    click.echo(
+        f"pushed to {name}: {result.objects:,} objects in {result.packs} packs, "
+        f"{stats['requests']:,} requests, {stats['bytes_sent']:,} bytes sent"
+    )
+
+
+def _fetch_json(result: FetchResult) -> dict[str, Any]:
+    return {
+        "refs": [
+            {"ref": r.ref, "old": r.old, "new": r.new, "outcome": r.outcome} for r in result.refs
+        ],
+        "packs": result.packs,
+        "objects": result.objects,
+    }
+
+
+def _print_fetch(name: str, result: FetchResult) -> None:
+    for r in result.refs:
+        click.echo(visible(f"{r.outcome:<12} {r.ref}  {short(r.old)} -> {short(r.new)}"))
+    click.echo(f"fetched from {name}: {result.objects:,} new objects in {result.packs} packs")
+
+
+@cli.command("fetch")
+@click.argument("name", required=False, metavar="[REMOTE]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
+    """Bring a remote's sessions here without touching yours: each remote head
+    becomes remotes/REMOTE/SESSION, which resolves like any spec.
+
+    \b
+    Examples:
+      ags fetch
+      ags fetch usb --json
+      ags log remotes/origin/3f2a
+    """
+    store = open_store(ctx)
+    name = _pick_remote(store, name)
+    with open_storage(remote(store, name)) as storage:
+        result = fetch(store, storage, name, progress=_progress(not as_json))
+        stats = _stats(storage.stats)
+    if as_json:
+        emit_json({"remote": name, **_fetch_json(result), **stats})
+    else:
+        _print_fetch(name, result)
+
+
+def _print_pull(pulled: list[SessionPull]) -> None:
+    for p in pulled:
+        click.echo(visible(f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"))
+
+
+@cli.command("pull")
+@click.argument("args", nargs=-1, metavar="[REMOTE] [SESSION ...]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
+    """Fetch, then fast-forward local sessions to the remote's (creating the ones
+    this store lacks). A session that diverged is left as it is and named.
+
+    \b
+    Examples:
+      ags pull
+      ags pull origin 3f2a
+    """
+    store = open_store(ctx)
+    known = remotes(store)
+    name = args[0] if args and args[0] in known else None
+    specs = args[1:] if name is not None else args
+    name = _pick_remote(store, name)
+    with open_storage(remote(store, name)) as storage:
+        sessions = None
+        if specs:
+            tracking = store.tracking_refs(name)
+            sessions = [_tracked(store, name, spec, tracking) for spec in specs]
+        fetched, pulled = pull(store, storage, name, sessions, progress=_progress(not as_json))
+        stats = _stats(storage.stats)
+    if as_json:
+        emit_json(
+            {
+                "remote": name,
+                "fetch": _fetch_json(fetched),
+                "sessions": [
+                    {"session": p.session, "old": p.old, "new": p.new, "outcome": p.outcome}
+                    for p in pulled
+                ],
+                **stats,
+            }
+        )
+    else:
+        _print_pull(pulled)
+    diverged = [p.session for p in pulled if p.outcome == "diverged"]
+    if diverged:
+        raise RefConflict(
+            f"{len(diverged)} sessions diverged from {name} and were left as they are: "
+            f"{', '.join(diverged[:5])} (ags fork remotes/{name}/ID keeps both)"
+        )
+
+
+def _tracked(store: Store, name: str, spec: str, tracking: dict[str, Any]) -> str:
+    """A session id from a full id or prefix of a local or a remote-tracked session."""
+    matches = [sid for sid in tracking if sid.startswith(spec)]
+    if len(matches) == 1:
+        return matches[0]
+    return store.session_id(spec)
+
+
+@cli.command("clone")
+@click.argument("url")
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@click.option("--endpoint", help="The S3 server, for any but AWS: http(s)://host[:port].")
+@click.option("--region", help="The bucket's region.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def clone_cmd(
+    ctx: click.Context,
+    url: str,
+    directory: str | None,
+    endpoint: str | None,
+    region: str | None,
+    as_json: bool,
+) -> None:
+    """Make a new store holding a remote's sessions, with the remote as origin.
+    DIRECTORY defaults to the last part of the URL, in the current directory;
+    it must not exist or be empty. A clone that fails leaves nothing behind.
+
+    \b
+    Examples:
+      ags clone s3://team-bucket/ags ~/team-ags
+      ags clone /media/usb/ags
+      ags clone s3://sessions lab --endpoint http://10.0.0.5:8333
+    """
+    location = parse_location(url, endpoint, region)
+    where = Path(directory or location.url.rstrip("/").rsplit("/", 1)[-1]).absolute()
+    if where.exists() and (not where.is_dir() or any(where.iterdir())):
+        raise BadRemote(f"{where} exists and is not an empty directory")
+    made = not where.exists()
+    try:
+        with Store.open(where) as store, open_storage(location) as storage:
+            add_remote(store, "origin", location)
+            fetched, pulled = pull(store, storage, "origin", progress=_progress(not as_json))
+            stats = _stats(storage.stats)
+    except BaseException:
+        if made:
+            shutil.rmtree(where, ignore_errors=True)
+        else:
+            for child in where.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+    if as_json:
+        emit_json(
+            {"store": str(where), "fetch": _fetch_json(fetched), "sessions": len(pulled), **stats}
+        )
+    else:
+        click.echo(
+            visible(
+                f"cloned {location.url} into {where}: {len(pulled):,} sessions, "
+                f"{fetched.objects:,} objects"
+            )
+        )

@@ -1,0 +1,251 @@
+"""Fetch and pull: bring a remote's sessions into the store (docs/REMOTES.md 5).
+
+``fetch`` lists the remote's ref cells, reads again only those whose etag
+moved since the remote-tracking ref last saw them (so a fetch where nothing
+moved is one LIST), and, if a head it learns is not here, fetches the packs
+it has not fetched before: each index first, then the pack if it holds an
+object this store lacks. A pack is added only after every block and object
+in it verified and its index matched (``Store.add_pack``). The
+remote-tracking refs ``remotes/<name>/<session>`` move last, in one batch,
+and only to heads that are here, so a fetch killed midway leaves them
+naming objects the store holds (the packs already added are kept; local
+gc's grace period covers any nothing names).
+
+``pull`` fetches, then moves each local session to its tracking ref when
+that is a fast-forward (or creates it); a session that diverged is left as
+it is and named, never rewritten: the rule of import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from .. import canonical
+from ..errors import RefConflict, SessionBusy
+from ..files import atomic_write, make_dirs, read_file
+from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
+from ..refs import RefRecord, ref_kind, ref_short, session_ref
+from ..store import Store
+from .errors import DamagedRemoteKey
+from .layout import (
+    PACK_KEY_RE,
+    PACKS,
+    REFS,
+    check_cell_value,
+    index_key,
+    pack_key,
+    read_marker,
+    ref_of_cell,
+)
+from .push import PARALLEL, nodes_since
+from .storage import RemoteStorage
+
+Progress = Callable[[str, int, int], None]
+CACHE_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RefFetch:
+    ref: str  # sessions/<id> or tags/<name>
+    old: str | None  # what the tracking ref (or local tag) named before
+    new: str | None
+    outcome: str  # "new", "updated", "deleted", "tag created", "tag differs"
+
+
+@dataclass(slots=True)
+class FetchResult:
+    refs: list[RefFetch] = field(default_factory=list)
+    packs: int = 0  # packs fetched
+    objects: int = 0  # objects new here
+
+
+def _cache_path(store: Store, remote: str) -> Path:
+    return store.path / "cache" / "remotes" / remote / "packs.json"
+
+
+def _fetched_packs(store: Store, remote: str) -> set[str]:
+    """The remote packs fetched before (derived data: lost, every index is read again)."""
+    try:
+        body = canonical.loads(read_file(_cache_path(store, remote)))
+        if body.get("version") == CACHE_VERSION and isinstance(body.get("packs"), list):
+            return {p for p in body["packs"] if isinstance(p, str)}
+    except (OSError, ValueError, AttributeError):
+        pass
+    return set()
+
+
+def _save_fetched_packs(store: Store, remote: str, names: set[str]) -> None:
+    path = _cache_path(store, remote)
+    make_dirs(path.parent)
+    body = {"packs": sorted(names), "version": CACHE_VERSION}
+    atomic_write(store.tmp_dir, path, canonical.dumps(body) + b"\n")
+
+
+def index_ids(index: bytes, name: str) -> list[str]:
+    """The object ids a block pack's index lists (FORMAT.md 5.3)."""
+    head = parse_index(index, name)
+    size = BLOCK_IDX_ENTRY.size
+    end = ENTRIES_AT + head.entries * size
+    return [index[at : at + 32].hex() for at in range(ENTRIES_AT, end, size)]
+
+
+def fetch_packs(
+    store: Store, storage: RemoteStorage, remote: str, progress: Progress | None
+) -> tuple[int, int]:
+    """Fetch every pack not fetched before that holds an object this store lacks:
+    (packs fetched, objects new here)."""
+    done = _fetched_packs(store, remote)
+    names = sorted(
+        {
+            m.group(1)
+            for info in storage.list(PACKS)
+            if (m := PACK_KEY_RE.fullmatch(info.key)) and m.group(2) == "idx"
+        }
+    )
+    todo = [n for n in names if n not in done]
+    packs = objects = 0
+    for i, name in enumerate(todo):
+        index = storage.get(index_key(name))
+        if not all(store.has_object(oid) for oid in index_ids(index, f"{storage.url} pack {name}")):
+            pack = storage.get(pack_key(name))
+            objects += store.add_pack(pack, index, f"{storage.url} pack {name}")
+            packs += 1
+        done.add(name)
+        if progress is not None:
+            progress("fetching packs", i + 1, len(todo))
+    if todo:
+        _save_fetched_packs(store, remote, done & set(names))
+    return packs, objects
+
+
+def _cell_target(value: Any) -> str | None:
+    return value.get("target") if isinstance(value, dict) else None
+
+
+def fetch(
+    store: Store, storage: RemoteStorage, remote: str, *, progress: Progress | None = None
+) -> FetchResult:
+    """Bring the remote's heads into ``remotes/<remote>/<session>`` and their objects
+    into the store; create local tags the store does not have."""
+    result = FetchResult()
+    if not read_marker(storage):
+        return result  # an empty remote: nothing to fetch
+    tracking = store.tracking_refs(remote)
+    listed = {}
+    for info in storage.list(REFS):
+        ref = ref_of_cell(info.key)
+        if ref is not None:
+            listed[ref] = info
+    # Read again only the cells whose etag moved since they were last seen.
+    stale = [
+        ref
+        for ref, info in listed.items()
+        if ref_kind(ref) == "tags"
+        or info.etag is None
+        or ref_short(ref) not in tracking
+        or tracking[ref_short(ref)].body.get("etag") != info.etag
+    ]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        read = pool.map(storage.read_cell, (REFS + r for r in stale))
+        cells = dict(zip(stale, read, strict=True))
+    for ref, cell in cells.items():
+        check_cell_value(storage.url, ref, cell.value)
+    heads = {_cell_target(c.value) for c in cells.values()} - {None}
+    if any(not store.has_object(h) for h in heads if h is not None):
+        result.packs, result.objects = fetch_packs(store, storage, remote, progress)
+    for ref, cell in cells.items():
+        head = _cell_target(cell.value)
+        if head is not None and not store.has_object(head):
+            raise DamagedRemoteKey(
+                f"{storage.url}: {ref} names node {head}, which no pack of the remote holds"
+            )
+    with store.batch():
+        for ref, cell in sorted(cells.items()):
+            head = _cell_target(cell.value)
+            if ref_kind(ref) == "tags":
+                _fetch_tag(store, ref, head, result)
+                continue
+            sid = ref_short(ref)
+            before = tracking.get(sid)
+            old = before.target if before is not None else None
+            if cell.value is None:
+                if before is not None:
+                    store.set_tracking_ref(remote, sid, None, f"fetch {remote}")
+                    result.refs.append(RefFetch(ref, old, None, "deleted"))
+                continue
+            body = {**cell.value, "etag": cell.etag}
+            store.set_tracking_ref(remote, sid, body, f"fetch {remote}")
+            if old != head or before is None:
+                result.refs.append(RefFetch(ref, old, head, "new" if before is None else "updated"))
+        for sid, before in tracking.items():
+            if session_ref(sid) not in listed:
+                store.set_tracking_ref(remote, sid, None, f"fetch {remote}")
+                result.refs.append(RefFetch(session_ref(sid), before.target, None, "deleted"))
+    return result
+
+
+def _fetch_tag(store: Store, ref: str, head: str | None, result: FetchResult) -> None:
+    """A remote tag the store lacks is created (as git fetch does); one that names
+    another node here is left as it is and reported."""
+    if head is None:
+        return
+    local = store.read_ref(ref)
+    if local is None:
+        store.tag(ref_short(ref), head)
+        result.refs.append(RefFetch(ref, None, head, "tag created"))
+    elif local.target != head:
+        result.refs.append(RefFetch(ref, local.target, head, "tag differs"))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPull:
+    session: str
+    old: str | None
+    new: str | None
+    outcome: str  # "created", "fast-forward", "up to date", "ahead", "diverged", "busy"
+
+
+def pull(
+    store: Store,
+    storage: RemoteStorage,
+    remote: str,
+    sessions: list[str] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> tuple[FetchResult, list[SessionPull]]:
+    """Fetch, then fast-forward each local session (all the remote has, or
+    ``sessions``) to its remote-tracking ref, creating the ones the store lacks."""
+    fetched = fetch(store, storage, remote, progress=progress)
+    tracking = store.tracking_refs(remote)
+    wanted = sorted(tracking) if sessions is None else sessions
+    for sid in wanted:
+        if sid not in tracking:
+            raise RefConflict(f"remote {remote} has no session {sid}")
+    with store.batch():  # one sync for every session moved, not a few per session
+        out = [_pull_one(store, remote, sid, tracking[sid]) for sid in wanted]
+    return fetched, out
+
+
+def _pull_one(store: Store, remote: str, sid: str, rec: RefRecord) -> SessionPull:
+    """Move one local session to its remote-tracking ref ``rec`` if that is safe."""
+    head = rec.target
+    local = store.read_ref(session_ref(sid))
+    old = local.target if local is not None else None
+    if local is not None and old == head:
+        return SessionPull(sid, old, head, "up to date")
+    if old is not None and head is not None and nodes_since(store, old, head) is not None:
+        return SessionPull(sid, old, head, "ahead")
+    meta = rec.body.get("meta")
+    try:
+        outcome = store.fast_forward(
+            sid, head, meta if isinstance(meta, dict) else {}, f"pull {remote}"
+        )
+    except SessionBusy:  # a writer holds it: left for the next pull
+        return SessionPull(sid, old, head, "busy")
+    except RefConflict:
+        return SessionPull(sid, old, head, "diverged")
+    return SessionPull(sid, old, head, outcome)

@@ -1,0 +1,126 @@
+"""Where a sync keeps things on a remote: the marker, packs, ref cells (docs/REMOTES.md 3).
+
+```
+ags-remote.json               {"format":"ags-remote","version":1}
+packs/pack-<64 hex>.pack      block packs (FORMAT.md 5.5), named by 32 random bytes
+packs/pack-<64 hex>.idx       their indexes, written after the pack
+refs/sessions/<session id>    cells: {"target": <head node>, "meta": {...}}, or null (deleted)
+refs/tags/<name>              cells: {"target": <node>}
+locks/gc                      the remote gc lease (a cell)
+probe/<random>                scratch keys of the connect-time check and of remote gc
+```
+
+Everything here is a key of ``RemoteStorage``; this module names them and reads
+and writes the marker, the one key every sync looks at first.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any, Final
+
+from .. import canonical
+from ..errors import InvalidName
+from ..objects import ID_RE
+from ..refs import SESSION_ID_RE, check_tag_name, ref_kind
+from .errors import BadRemote, DamagedRemoteKey, KeyMissing
+from .storage import PROBE_PREFIX, RemoteStorage
+
+MARKER_KEY: Final = "ags-remote.json"
+MARKER_FORMAT: Final = "ags-remote"
+MARKER_VERSION: Final = 1
+PACKS: Final = "packs/"
+REFS: Final = "refs/"
+SESSION_CELLS: Final = "refs/sessions/"
+TAG_CELLS: Final = "refs/tags/"
+GC_LEASE: Final = "locks/gc"
+PACK_KEY_RE: Final = re.compile(r"packs/pack-([0-9a-f]{64})\.(pack|idx)")
+
+
+def new_pack_name() -> str:
+    """A remote pack's name: random, never a content hash. A pack named by its content
+    would, sent again, meet an old copy (a killed push's orphan) that remote gc may
+    have chosen to delete, and the push's ref would then name what gc sweeps; a new
+    key is always younger than anything gc chose (local gc's freshen rule, for free)."""
+    return secrets.token_hex(32)
+
+
+def pack_key(name: str) -> str:
+    return f"{PACKS}pack-{name}.pack"
+
+
+def index_key(name: str) -> str:
+    return f"{PACKS}pack-{name}.idx"
+
+
+def cell_key(ref: str) -> str:
+    """The cell of a local ref name (``sessions/<id>`` or ``tags/<name>``)."""
+    return REFS + ref
+
+
+def ref_of_cell(key: str) -> str | None:
+    """The ref name a cell key holds, or None for a key that is no ref cell of ours."""
+    if key.startswith(SESSION_CELLS):
+        sid = key[len(SESSION_CELLS) :]
+        return f"sessions/{sid}" if SESSION_ID_RE.fullmatch(sid) else None
+    if key.startswith(TAG_CELLS):
+        try:
+            return f"tags/{check_tag_name(key[len(TAG_CELLS) :])}"
+        except InvalidName:  # not a tag name a store can hold: not ours
+            return None
+    return None
+
+
+def _marker_body() -> bytes:
+    return canonical.dumps({"format": MARKER_FORMAT, "version": MARKER_VERSION}) + b"\n"
+
+
+def read_marker(storage: RemoteStorage) -> bool:
+    """True if the remote holds ags's marker, False if it holds nothing at all; a
+    marker of a newer version, or keys of something else with no marker, are refused
+    (a mistyped URL must not receive packs, nor be read as sessions)."""
+    try:
+        data = storage.get(MARKER_KEY)
+    except KeyMissing:
+        for info in storage.list(""):
+            if not info.key.startswith(PROBE_PREFIX):
+                raise BadRemote(
+                    f"{storage.url} holds other things ({info.key}) and is not an ags "
+                    "remote; use an empty bucket prefix or directory"
+                ) from None
+        return False
+    try:
+        body = canonical.loads(data)
+        name, version = body["format"], body["version"]
+    except (ValueError, KeyError, TypeError):
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is unreadable") from None
+    if name != MARKER_FORMAT or type(version) is not int:
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is not an ags remote's marker")
+    if version > MARKER_VERSION:
+        raise BadRemote(
+            f"{storage.url} has remote format {version}; this ags reads up to {MARKER_VERSION}"
+        )
+    return True
+
+
+def ensure_marker(storage: RemoteStorage) -> None:
+    """Read the marker, writing it first on an empty remote (write-once: two first
+    pushes at once write the same bytes)."""
+    if not read_marker(storage):
+        storage.put_new(MARKER_KEY, _marker_body())
+
+
+def check_cell_value(url: str, ref: str, value: Any) -> None:
+    """A ref cell's value as FORMAT.md 16.4 has it, or DamagedRemoteKey: nothing of a
+    cell another program wrote is taken for a ref."""
+    if value is None:
+        return  # a tombstone
+    target = value.get("target", 0) if isinstance(value, dict) else 0
+    ok = target is None or (isinstance(target, str) and ID_RE.fullmatch(target) is not None)
+    if ref_kind(ref) == "sessions":
+        ok = ok and isinstance(value.get("meta"), dict)
+    else:
+        ok = ok and target is not None
+    if not ok:
+        raise DamagedRemoteKey(f"{url}: {cell_key(ref)} is not a ref cell ags wrote")

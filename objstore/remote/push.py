@@ -1,0 +1,339 @@
+"""Push: send a remote the objects it lacks, then move its ref cells (docs/REMOTES.md 4).
+
+The order is what makes a killed push harmless: every pack and index is
+written (``put_new``, acknowledged) before any cell names what is in it, so no
+remote ref ever names an object the remote does not hold; a push killed before
+its swaps leaves orphan packs, which remote gc drops after its grace period;
+a re-run sends its packs again under new names (layout.new_pack_name says
+why never under an old one).
+
+**What is missing**, without asking the remote: a remote ref's target ``R``
+reaches only objects the remote holds (the invariant above). A fast-forward
+from ``R`` to the local head sends the nodes walked from the head back to
+``R`` and the objects they link to that are not already linked from the few
+nodes at and before ``R`` (a span's messages and an unchanged state are
+those); so one new message costs O(1) objects whatever the session's length.
+Links come from ``reach.node_links``, the one list of what a node names.
+A ref the remote does not have yet, or a forced one, gets everything its
+target reaches (objects shared with another ref of the same push go once).
+
+**Compare-and-swap**: each cell is swapped from the version read before the
+objects were sent. A lost swap means someone pushed meanwhile; if what they
+pushed is one of the nodes this push sent (it is behind our head on the
+same chain) the swap is tried again from there, otherwise the ref is
+rejected ("ags pull, then push") unless ``force``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import CorruptObject, RefConflict
+from ..nodes import SPAN_EVERY, Node, parse_node
+from ..objects import ID_RE
+from ..packs import encode_block_pack
+from ..reach import node_links, reachable
+from ..refs import RefRecord, ref_kind, ref_short
+from ..store import Store
+from ..walk import walk
+from .errors import SwapFailed
+from .layout import cell_key, check_cell_value, ensure_marker, index_key, new_pack_name, pack_key
+from .storage import Cell, RemoteStorage
+
+PACK_CONTENT_BYTES: Final = 256 * 1024 * 1024
+"""Uncompressed object bytes per pack sent: one PUT (S3 takes 5 GB) held in memory."""
+PARALLEL: Final = 16  # requests in flight for ref cells
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RefPush:
+    """What a push did to one ref: ``outcome`` is ``created``, ``fast-forward``,
+    ``forced``, ``up to date``, ``updated`` (metadata only) or ``rejected``."""
+
+    ref: str  # sessions/<id> or tags/<name>
+    old: str | None  # the remote's target before
+    new: str | None  # the local target pushed
+    outcome: str
+    why: str | None = None  # for a rejection: what to do
+    etag: str | None = None  # the cell's version once pushed (what a fetch compares)
+    value: Any = None  # what the cell holds once pushed (its tracking ref's body)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    refs: list[RefPush]
+    objects: int  # objects sent
+    packs: int  # packs sent (each with its index)
+
+    @property
+    def rejected(self) -> list[RefPush]:
+        return [r for r in self.refs if r.outcome == "rejected"]
+
+
+def cell_value(rec: RefRecord) -> dict[str, Any]:
+    """A remote cell's value for a local ref: its body without its generation (the
+    cell has its own) and without ``meta.imported``: what an importer remembers of
+    files on this machine (their paths), which an export leaves out too."""
+    value = {k: v for k, v in rec.body.items() if k != "generation"}
+    if isinstance(value.get("meta"), dict):
+        value["meta"] = {k: v for k, v in value["meta"].items() if k != "imported"}
+    return value
+
+
+def _target(cell: Cell) -> str | None:
+    """The node a cell names; None for none, or for a value ags did not write (which
+    only ``--force`` gets past, check_cell_value)."""
+    value = cell.value
+    target = value.get("target") if isinstance(value, dict) else None
+    return target if isinstance(target, str) and ID_RE.fullmatch(target) else None
+
+
+def nodes_since(store: Store, head: str, base: str) -> list[str] | None:
+    """The node ids from ``head`` back to ``base`` (excluded), newest first, if ``base``
+    is an ancestor of ``head``; None if it is not (or ``base`` is not in this store).
+    A node's message count never falls along a chain, so the walk stops as soon as it
+    is below ``base``'s."""
+    if not store.has_object(base):
+        return None
+    floor = store.node(base).messages
+    found: list[str] = []
+    for node in walk(head, store.node):
+        if node.id == base:
+            return found
+        if node.messages < floor:
+            return None
+        found.append(node.id)
+    return None
+
+
+def _new_objects(store: Store, new_nodes: list[str], base: str) -> Iterator[str]:
+    """The nodes ``new_nodes`` and what they link to that is not linked from ``base``
+    and the SPAN_EVERY nodes before it (all on the remote already)."""
+    known: set[str] = set()
+    for i, node in enumerate(walk(base, store.node)):
+        if i > SPAN_EVERY:
+            break
+        known.update(link.target for link in node_links(node) if link.kind != "node")
+    for node_id in new_nodes:
+        yield node_id
+        for link in node_links(store.node(node_id)):
+            if link.kind != "node" and link.target not in known:
+                yield link.target
+
+
+@dataclass(slots=True)
+class _Plan:
+    ref: str
+    rec: RefRecord
+    cell: Cell
+    outcome: str
+    # The remote targets this push's objects make safe to swap from: the ref's old
+    # target and the nodes sent after it, or (everything sent) any node sent.
+    covered: frozenset[str] = frozenset()
+    everything: bool = False  # all its target reaches is sent
+
+
+def _read_cells(storage: RemoteStorage, refs: list[str]) -> dict[str, Cell]:
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        cells = pool.map(storage.read_cell, (cell_key(r) for r in refs))
+        return dict(zip(refs, cells, strict=True))
+
+
+def _plan(
+    store: Store, reader: _Reader, rec: RefRecord, cell: Cell, force: bool
+) -> tuple[_Plan, Iterable[str]]:
+    """What to do with one ref, and the objects it needs sent."""
+    value, old, head = cell_value(rec), _target(cell), rec.target
+    if cell.value == value:
+        return _Plan(rec.name, rec, cell, "up to date"), ()
+    if old == head or (head is None and (old is None or force)):
+        # Metadata only (or an empty session); emptying a remote history is forced.
+        outcome = "updated" if cell.exists else "created"
+        if old != head:
+            outcome = "forced"
+        return _Plan(rec.name, rec, cell, outcome, frozenset([old] if old else []), force), ()
+    if head is None:
+        return _Plan(rec.name, rec, cell, "rejected"), ()
+    since = nodes_since(store, head, old) if old is not None else None
+    if old is not None and since is not None:
+        plan = _Plan(rec.name, rec, cell, "fast-forward", frozenset([old, *since]))
+        return plan, _new_objects(store, since, old)
+    if old is None or force:
+        closure = reachable([head], reader.node)
+        outcome = "created" if old is None else "forced"
+        return _Plan(rec.name, rec, cell, outcome, frozenset(closure), True), closure
+    return _Plan(rec.name, rec, cell, "rejected"), ()
+
+
+class _Reader:
+    """Reads objects for a push once each: a node read to follow its links keeps its
+    content for the pack (a push of a whole history otherwise reads every node twice)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._kept: dict[str, bytes] = {}
+
+    def node(self, oid: str) -> Node:
+        kind, body = self._store.raw_object(oid)
+        if kind != "node":
+            raise CorruptObject(oid, f"expected a node, found a {kind}")
+        self._kept[oid] = b"node\0" + body
+        return parse_node(oid, body)
+
+    def contents(self, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        for oid in oids:
+            content = self._kept.pop(oid, None)
+            if content is None:
+                kind, body = self._store.raw_object(oid)
+                content = kind.encode("ascii") + b"\0" + body
+            yield oid, content
+
+
+def send_objects(
+    storage: RemoteStorage,
+    store: Store,
+    oids: list[str],
+    progress: Progress | None = None,
+    reader: _Reader | None = None,
+) -> int:
+    """Send ``oids`` as block packs, each pack before its index; return how many packs."""
+    packs = 0
+    batch: list[tuple[str, bytes]] = []
+    size = 0
+    done = 0
+
+    def flush() -> None:
+        nonlocal packs, batch, size
+        pack, index = encode_block_pack(batch)
+        name = new_pack_name()
+        storage.put_new(pack_key(name), pack)
+        storage.put_new(index_key(name), index)  # after the pack: an index names a whole pack
+        packs += 1
+        batch, size = [], 0
+
+    for oid, content in (reader or _Reader(store)).contents(oids):
+        batch.append((oid, content))
+        size += len(content)
+        done += 1
+        if progress is not None and done % 1000 == 0:
+            progress("packing objects", done, len(oids))
+        if size >= PACK_CONTENT_BYTES:
+            flush()
+    if batch:
+        flush()
+    if progress is not None:
+        progress("packing objects", done, len(oids))
+    return packs
+
+
+def _swap(storage: RemoteStorage, plan: _Plan, force: bool) -> RefPush:
+    head, old, cell = plan.rec.target, _target(plan.cell), plan.cell
+    value = cell_value(plan.rec)
+    for _ in range(8):  # each round lost to a writer that moved the ref meanwhile
+        try:
+            done = storage.swap(cell, value)
+            return RefPush(plan.ref, old, head, plan.outcome, etag=done.etag, value=value)
+        except SwapFailed as e:
+            current = e.current if e.current is not None else storage.read_cell(cell.key)
+            if current.value == value:
+                return RefPush(plan.ref, old, head, "up to date", etag=current.etag, value=value)
+            now = _target(current)
+            # Go on only if every object the new version would need is on the remote
+            # already (``now`` reaches it) or was sent by this push.
+            safe = now in plan.covered or (plan.everything and (now is None or force))
+            if not safe:
+                why = "the remote moved since you fetched; ags pull, then push"
+                if force:
+                    why = "the remote moved while pushing; push again"
+                return RefPush(plan.ref, now, head, "rejected", why)
+            cell = current
+    return RefPush(plan.ref, old, head, "rejected", "the remote kept moving; push again")
+
+
+def push(
+    store: Store,
+    storage: RemoteStorage,
+    refs: list[str],
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> PushResult:
+    """Push the local refs ``refs`` (``sessions/<id>``, ``tags/<name>``) to ``storage``.
+
+    Checks the server enforces conditional writes, writes the marker on an empty
+    remote, reads each ref's cell, sends what is missing as packs, then swaps the
+    cells. Rejected refs are in the result (nothing of theirs is overwritten);
+    the caller moves remote-tracking refs (``record_push``)."""
+    storage.check()
+    ensure_marker(storage)
+    records: dict[str, RefRecord] = {}
+    for ref in refs:
+        rec = store.read_ref(ref)
+        if rec is None:
+            raise RefConflict(f"{ref} does not exist here")
+        records[ref] = rec
+    cells = _read_cells(storage, list(records))
+    if not force:  # a cell some other program wrote is not overwritten unasked
+        for ref, cell in cells.items():
+            check_cell_value(storage.url, ref, cell.value)
+    plans: list[_Plan] = []
+    wanted: dict[str, None] = {}  # ordered: a session's objects together
+    reader = _Reader(store)
+    for ref, rec in records.items():
+        plan, oids = _plan(store, reader, rec, cells[ref], force)
+        plans.append(plan)
+        for oid in oids:
+            wanted.setdefault(oid)
+    packs = send_objects(storage, store, list(wanted), progress, reader) if wanted else 0
+    todo = [p for p in plans if p.outcome not in ("up to date", "rejected")]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        outcomes = pool.map(lambda p: _swap(storage, p, force), todo)
+        swapped = dict(zip((p.ref for p in todo), outcomes, strict=True))
+    results = []
+    for plan in plans:
+        if plan.ref in swapped:
+            results.append(swapped[plan.ref])
+        elif plan.outcome == "rejected":
+            results.append(
+                RefPush(
+                    plan.ref,
+                    _target(plan.cell),
+                    plan.rec.target,
+                    "rejected",
+                    "the remote has changes you do not have; ags pull first (or --force)",
+                )
+            )
+        else:
+            results.append(
+                RefPush(
+                    plan.ref,
+                    _target(plan.cell),
+                    plan.rec.target,
+                    plan.outcome,
+                    etag=plan.cell.etag,
+                    value=plan.cell.value,
+                )
+            )
+    return PushResult(results, len(wanted), packs)
+
+
+def record_push(store: Store, remote: str, result: PushResult) -> None:
+    """Move the remote-tracking refs of the sessions pushed to what the remote now holds
+    (one batch: one sync)."""
+    moved = [
+        r
+        for r in result.refs
+        if r.outcome != "rejected" and ref_kind(r.ref) == "sessions" and isinstance(r.value, dict)
+    ]
+    if not moved:
+        return
+    with store.batch():
+        for r in moved:
+            # What was pushed, not the local ref now: it may have moved on meanwhile.
+            body = {**r.value, "etag": r.etag}
+            store.set_tracking_ref(remote, ref_short(r.ref), body, f"push {remote}")

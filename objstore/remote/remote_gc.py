@@ -1,0 +1,191 @@
+"""Remote gc: drop the packs no remote ref reaches (docs/REMOTES.md 6).
+
+Local gc's rule, with ages from the server's LastModified so that no clock
+but the server's matters:
+
+1. take the lease ``locks/gc`` (a cell: ``{"holder", "until"}``; one that ran
+   out may be taken over), so that two gcs never sweep at once;
+2. learn the server's time: write a ``probe/`` key and read its LastModified;
+3. **choose**, before reading any ref: every pack (and ``probe/`` key, and
+   index whose pack is gone) older than the grace period;
+4. **mark**: fetch (the store running gc gets every object the refs reach),
+   then read every ref cell and mark what its target reaches (``reach``);
+5. **sweep**: a chosen pack with no marked object is deleted, its index
+   first (a pack without an index is an orphan to everyone); one with some is
+   sent again as a new pack of those objects, then deleted.
+
+Ref cells are never deleted, tombstones included: S3 has no conditional
+delete everywhere, so deleting one could drop a ref a push just wrote.
+
+Beside a concurrent push: its new packs are younger than the grace period
+(their names are new, layout.new_pack_name), so never chosen; what it relies
+on beyond them is reached by the ref version it swaps against, and that
+swap fails if the ref moved after gc read it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from ..errors import InvalidInput, ObjectMissing, RefConflict
+from ..object_store import MIN_GRACE
+from ..reach import reachable
+from ..store import Store
+from .errors import SwapFailed
+from .fetch import fetch, fetch_packs, index_ids
+from .layout import (
+    GC_LEASE,
+    PACK_KEY_RE,
+    PACKS,
+    REFS,
+    check_cell_value,
+    index_key,
+    pack_key,
+    read_marker,
+    ref_of_cell,
+)
+from .push import send_objects
+from .storage import PROBE_PREFIX, RemoteStorage
+
+LEASE: Final = 3600.0  # seconds a gc holds the remote; a dead gc's lease runs out
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteGcReport:
+    packs_deleted: int
+    packs_rewritten: int
+    objects_dropped: int
+    other_keys_deleted: int  # old probes, indexes whose pack is gone
+
+
+def _server_now(storage: RemoteStorage) -> datetime:
+    key = f"{PROBE_PREFIX}{secrets.token_hex(16)}"
+    storage.put_new(key, b"now\n")
+    try:
+        info = storage.head(key)
+    finally:
+        storage.delete(key)
+    if info is None:
+        raise RefConflict(f"{storage.url}: a key just written is gone; try again")
+    return info.modified
+
+
+def _take_lease(storage: RemoteStorage, holder: str) -> None:
+    cell = storage.read_cell(GC_LEASE)
+    value = cell.value
+    held = isinstance(value, dict) and isinstance(value.get("until"), (int, float))
+    if held and value["until"] > time.time() and value.get("holder") != holder:
+        raise RefConflict(
+            f"another remote gc holds {storage.url} (until "
+            f"{datetime.fromtimestamp(value['until'], UTC):%Y-%m-%d %H:%M:%S}Z); "
+            "try later"
+        )
+    try:
+        storage.swap(cell, {"holder": holder, "until": time.time() + LEASE})
+    except SwapFailed:
+        raise RefConflict(f"another remote gc just took {storage.url}; try later") from None
+
+
+def _release_lease(storage: RemoteStorage, holder: str) -> None:
+    cell = storage.read_cell(GC_LEASE)
+    if isinstance(cell.value, dict) and cell.value.get("holder") == holder:
+        with suppress(SwapFailed):  # taken over after it ran out: not ours to clear
+            storage.swap(cell, None)
+
+
+def collect_remote_garbage(
+    store: Store,
+    storage: RemoteStorage,
+    remote: str,
+    *,
+    grace: float = 3600,
+    dry_run: bool = False,
+) -> RemoteGcReport:
+    """Drop what no ref of the remote reaches, as the module doc says."""
+    if grace < MIN_GRACE:
+        raise InvalidInput(
+            f"the grace period must be at least {MIN_GRACE // 60} minutes: "
+            "a push running beside gc relies on it"
+        )
+    storage.check()
+    if not read_marker(storage):
+        return RemoteGcReport(0, 0, 0, 0)
+    holder = secrets.token_hex(8)
+    _take_lease(storage, holder)
+    try:
+        return _collect(store, storage, remote, grace, dry_run)
+    finally:
+        _release_lease(storage, holder)
+
+
+def _collect(
+    store: Store, storage: RemoteStorage, remote: str, grace: float, dry_run: bool
+) -> RemoteGcReport:
+    cutoff = _server_now(storage) - timedelta(seconds=grace)
+    # Choose, before any ref is read.
+    packs: dict[str, dict[str, datetime]] = {}
+    for info in storage.list(PACKS):
+        m = PACK_KEY_RE.fullmatch(info.key)
+        if m:
+            packs.setdefault(m.group(1), {})[m.group(2)] = info.modified
+    chosen = [
+        name
+        for name, parts in packs.items()
+        if "idx" in parts and "pack" in parts and max(parts.values()) < cutoff
+    ]
+    # A pack without its index (a push killed between them) or an index without its
+    # pack (a gc killed between its deletes): nothing may rely on either.
+    stray = [
+        key
+        for name, parts in packs.items()
+        if len(parts) == 1 and max(parts.values()) < cutoff
+        for key in ([pack_key(name)] if "pack" in parts else [index_key(name)])
+    ]
+    stray += [i.key for i in storage.list(PROBE_PREFIX) if i.modified < cutoff]
+    # Mark: bring every object the refs reach here, then read the refs (after choosing),
+    # fetching again what a ref that moved meanwhile names.
+    fetch(store, storage, remote)
+    targets: dict[str, str] = {}
+    for info in storage.list(REFS):
+        ref = ref_of_cell(info.key)
+        if ref is not None:
+            value = storage.read_cell(info.key).value
+            check_cell_value(storage.url, ref, value)  # what it reaches must be known
+            if value is not None and value["target"] is not None:
+                targets[info.key] = value["target"]
+    for _ in range(3):
+        if all(store.has_object(t) for t in targets.values()):
+            break
+        fetch_packs(store, storage, remote, None)
+    marked: set[str] = set()
+    for key, target in targets.items():
+        try:
+            marked |= reachable([target], store.node, skip_missing=False)
+        except ObjectMissing as e:
+            raise RefConflict(
+                f"{key} reaches {e}, which the remote does not hold; gc stopped"
+            ) from None
+    deleted = rewritten = dropped = 0
+    for name in chosen:
+        ids = index_ids(storage.get(index_key(name)), f"{storage.url} pack {name}")
+        keep = [oid for oid in ids if oid in marked]
+        if len(keep) == len(ids):
+            continue
+        dropped += len(ids) - len(keep)
+        if dry_run:
+            deleted += 1
+            continue
+        if keep:
+            send_objects(storage, store, keep)  # the new copy first, then the old one goes
+            rewritten += 1
+        storage.delete(index_key(name))
+        storage.delete(pack_key(name))
+        deleted += 1
+    if stray and not dry_run:
+        storage.delete(*stray)
+    return RemoteGcReport(deleted, rewritten, dropped, len(stray))

@@ -1,0 +1,529 @@
+"""push, fetch, pull and clone against a real SeaweedFS started by the tests and a
+real directory: only what is missing moves, refs move by compare-and-swap, a remote
+that diverged is never overwritten without --force, what arrives is verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import tree_snapshot
+from s3_server import (  # noqa: F401
+    S3Server,
+    aws_env_fixture,
+    s3_env_fixture,
+    s3rver_fixture,
+    seaweedfs_fixture,
+)
+from test_sync_kill import remote_is_consistent
+
+from cli.main import cli
+from objstore import Store
+from objstore.remote import (
+    RemoteLocation,
+    add_remote,
+    collect_remote_garbage,
+    fetch,
+    open_storage,
+    pull,
+    push,
+    record_push,
+)
+
+
+@pytest.fixture(params=["directory", "s3"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
+    if request.param == "directory":
+        (tmp_path / "remote").mkdir()
+        return RemoteLocation(str(tmp_path / "remote"))
+    server: S3Server = request.getfixturevalue("s3_env")
+    return RemoteLocation(f"s3://{server.new_bucket()}/ags", endpoint=server.endpoint)
+
+
+def new_store(path: Path, location: RemoteLocation) -> Store:
+    store = Store.open(path)
+    add_remote(store, "origin", location)
+    return store
+
+
+def session_with(store: Store, n: int, title: str = "t") -> str:
+    sid = store.new_session(title=title)
+    with store.batch():
+        for i in range(n):
+            store.append(sid, {"role": "user", "content": f"message {i} of {title}"})
+    return sid
+
+
+def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]
+    with open_storage(location) as storage:
+        result = push(store, storage, list(refs), force=force)
+        record_push(store, "origin", result)
+        return result, storage.stats.requests
+
+
+def ags(store: Path, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["--store", str(store), *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def stores(tmp_path: Path, location: RemoteLocation) -> Iterator[tuple[Store, Store]]:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_push_then_clone_gives_the_same_sessions(tmp_path: Path, location: RemoteLocation) -> None:
+    a = new_store(tmp_path / "a", location)
+    sids = [session_with(a, n, f"s{n}") for n in (1, 40, 3)]
+    forked = a.fork(f"{sids[1]}~5", title="fork")
+    a.tag("v1", sids[0])
+    a.close()
+    args = ["push", "--all", "--json"]
+    code, out, err = ags(tmp_path / "a", *args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert {r["outcome"] for r in report["refs"]} == {"created"}
+    assert report["packs"] == 1  # many small objects go as one pack, not a request each
+
+    url = location.url
+    extra = ["--endpoint", location.endpoint] if location.endpoint else []
+    code, out, err = (
+        CliRunner()
+        .invoke(cli, ["clone", url, str(tmp_path / "c"), *extra], catch_exceptions=False)
+        .exit_code,
+        "",
+        "",
+    )
+    assert code == 0
+    with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "c", create=False) as c:
+        for sid in [*sids, forked]:
+            assert c.context(sid) == a.context(sid)
+            assert c.session(sid).title == a.session(sid).title
+        assert c.tags() == a.tags()
+        assert set(c.object_ids()) == set(a.object_ids())
+    code, out, _ = ags(tmp_path / "c", "fsck")
+    assert code == 0 and "ok" in out
+    # Remote-tracking refs resolve like any spec.
+    code, out, err = ags(tmp_path / "c", "log", f"remotes/origin/{sids[1][:6]}")
+    assert code == 0, err
+    assert "message 39 of s40" in out
+
+
+@pytest.mark.parametrize("length", [20, 400])
+def test_one_new_message_costs_the_same_requests_whatever_the_length(
+    stores: tuple[Store, Store], location: RemoteLocation, length: int
+) -> None:
+    a, _ = stores
+    sid = session_with(a, length)
+    first, _ = do_push(a, location, f"sessions/{sid}")
+    assert first.objects >= length
+    a.append(sid, {"role": "user", "content": "one more"})
+    result, requests = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["fast-forward"]
+    assert result.objects <= 3  # the node, its message, perhaps its state
+    assert result.packs == 1
+    # the check (7) + marker + cell + pack + index + swap
+    assert requests == 12
+
+
+def test_a_push_the_remote_moved_past_is_refused_unless_forced(
+    stores: tuple[Store, Store], location: RemoteLocation, tmp_path: Path
+) -> None:
+    a, b = stores
+    sid = session_with(a, 5)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.append(sid, {"role": "user", "content": "from b"})
+    do_push(b, location, f"sessions/{sid}")
+    a.append(sid, {"role": "user", "content": "from a"})
+    a.close()
+    code, out, err = ags(tmp_path / "a", "push", "origin", sid)
+    assert code == 1
+    assert "rejected" in out and "ags pull first" in err
+    b_head = b.node_id(sid)
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == b_head
+    code, out, err = ags(tmp_path / "a", "push", "origin", sid, "--force")
+    assert code == 0, err
+    with Store.open(tmp_path / "a") as a2, open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a2.node_id(sid)
+
+
+def test_two_hosts_pushing_one_session_at_once_one_wins(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 5)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    for store, who in ((a, "a"), (b, "b")):
+        store.append(sid, {"role": "user", "content": f"from {who}"})
+    results = {}
+    start = threading.Barrier(2)
+
+    def go(store: Store, who: str) -> None:
+        start.wait()
+        results[who] = do_push(store, location, f"sessions/{sid}")[0]
+
+    threads = [threading.Thread(target=go, args=(s, w)) for s, w in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outcomes = sorted(results[w].refs[0].outcome for w in "ab")
+    assert outcomes == ["fast-forward", "rejected"]
+    loser = "a" if results["a"].refs[0].outcome == "rejected" else "b"
+    assert "pull" in (results[loser].refs[0].why or "")
+    winner_store = b if loser == "a" else a
+    with open_storage(location) as storage:
+        target = storage.read_cell(f"refs/sessions/{sid}").value["target"]
+    assert target == winner_store.node_id(sid)
+    # The loser's work is still there, locally.
+    loser_store = a if loser == "a" else b
+    assert loser_store.context(sid)[-1]["content"] == f"from {loser}"
+
+
+def test_pull_fast_forwards_and_names_a_diverged_session(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    s1, s2 = session_with(a, 3, "one"), session_with(a, 3, "two")
+    do_push(a, location, f"sessions/{s1}", f"sessions/{s2}")
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert {p.outcome for p in pulled} == {"created"}
+    a.append(s1, {"role": "user", "content": "a1"})
+    a.append(s2, {"role": "user", "content": "a2"})
+    do_push(a, location, f"sessions/{s1}", f"sessions/{s2}")
+    b.append(s2, {"role": "user", "content": "b2"})
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    by = {p.session: p.outcome for p in pulled}
+    assert by == {s1: "fast-forward", s2: "diverged"}
+    assert b.context(s1) == a.context(s1)
+    assert b.context(s2)[-1]["content"] == "b2"  # never rewritten
+
+
+def test_a_fetch_where_nothing_moved_reads_no_cell(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sids = [session_with(a, 2, str(i)) for i in range(5)]
+    do_push(a, location, *(f"sessions/{s}" for s in sids))
+    with open_storage(location) as storage:
+        first = fetch(b, storage, "origin")
+    assert len(first.refs) == 5 and first.packs == 1
+    with open_storage(location) as storage:  # the pusher's tracking refs know the etags too
+        assert fetch(a, storage, "origin").refs == []
+        assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
+    with open_storage(location) as storage:
+        again = fetch(b, storage, "origin")
+        assert again.refs == [] and again.packs == 0
+        # S3: the marker and one LIST of refs/, whose etags say nothing moved. A
+        # directory's listing has no etags (they would cost a read each): it reads.
+        assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
+
+
+def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 30)
+        do_push(a, location, f"sessions/{sid}")
+    pack = next((remote / "packs").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[40] ^= 0xFF
+    pack.chmod(0o600)
+    pack.write_bytes(bytes(data))
+    Store.open(tmp_path / "b").close()
+    ags(tmp_path / "b", "remote", "add", "origin", str(remote))
+    before = tree_snapshot(tmp_path / "b")
+    code, out, err = ags(tmp_path / "b", "fetch")
+    assert code == 1 and "damaged" in err and err.count("\n") == 1, err
+    after = tree_snapshot(tmp_path / "b")
+    assert {k for k in after if "refs/" in k} == {k for k in before if "refs/" in k}
+
+
+def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> None:
+    remote = tmp_path / "photos"
+    remote.mkdir()
+    (remote / "cat.jpg").write_bytes(b"meow")
+    with new_store(tmp_path / "a", RemoteLocation(str(remote))) as a:
+        sid = session_with(a, 2)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 1 and "is not an ags remote" in err
+    assert sorted(p.name for p in remote.iterdir() if not p.name.startswith(".")) == ["cat.jpg"]
+
+
+def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "there").mkdir()
+    (tmp_path / "there" / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(cli, ["clone", str(tmp_path / "remote"), str(tmp_path / "there")])
+    assert result.exit_code == 1 and "not an empty directory" in result.stderr
+    assert [p.name for p in (tmp_path / "there").iterdir()] == ["notes.txt"]
+
+
+def _age(remote: Path, seconds: float) -> None:
+    """Make every key of a directory remote look ``seconds`` old (its LastModified)."""
+    for path in remote.rglob("*"):
+        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(remote).parts):
+            then = time.time() - seconds
+            os.utime(path, (then, then))
+
+
+def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    with new_store(tmp_path / "a", location) as a:
+        keep, change = session_with(a, 10, "keep"), session_with(a, 10, "change")
+        do_push(a, location, f"sessions/{keep}", f"sessions/{change}")  # one pack, both
+        a.rewind(change, f"{change}~5")
+        a.append(change, {"role": "user", "content": "another way"})
+        do_push(a, location, f"sessions/{change}", force=True)
+        with open_storage(location) as storage:  # a push killed before its index and swap
+            storage.put_new("packs/pack-" + "ab" * 32 + ".pack", b"AGSPACK\x02")
+        _age(remote, 2 * 3600)
+        fresh = session_with(a, 3, "fresh")
+        do_push(a, location, f"sessions/{fresh}")  # younger than the grace period
+    before = {p.name for p in (remote / "packs").iterdir()}
+    code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["packs_deleted"] == 1 and report["packs_rewritten"] == 1
+    assert report["objects_dropped"] == 5 * 2  # the 5 old nodes of "change" and their messages
+    assert report["other_keys_deleted"] == 1
+    after = {p.name for p in (remote / "packs").iterdir()}
+    # the stray pack gone; the old pack and index replaced by a new pair
+    assert "pack-" + "ab" * 32 + ".pack" not in after and len(after) == len(before) - 1
+    code, _out, err = ags(tmp_path / "a", "gc", "--remote", "origin")  # nothing left to do
+    assert code == 0 and "packs deleted: 0" in _out
+    result = CliRunner().invoke(cli, ["clone", str(remote), str(tmp_path / "c")])
+    assert result.exit_code == 0, result.stderr
+    with Store.open(tmp_path / "a") as a, Store.open(tmp_path / "c", create=False) as c:
+        for sid in (keep, change, fresh):
+            assert c.context(sid) == a.context(sid)
+    code, out, _ = ags(tmp_path / "c", "fsck")
+    assert code == 0 and "ok" in out
+
+
+def test_the_tracking_ref_names_what_was_pushed_not_what_came_after(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, _ = stores
+    sid = session_with(a, 3)
+    with open_storage(location) as storage:
+        result = push(a, storage, [f"sessions/{sid}"])
+    pushed = a.node_id(sid)
+    a.append(sid, {"role": "user", "content": "written while the push ran"})
+    record_push(a, "origin", result)
+    assert a.node_id(f"remotes/origin/{sid}") == pushed != a.node_id(sid)
+
+
+def test_pull_leaves_a_busy_session_another_process_writes_and_says_so(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.append(sid, {"role": "user", "content": "more"})
+    do_push(a, location, f"sessions/{sid}")
+    with Store.open(b.path) as writer:
+        writer.lock(sid)
+        with open_storage(location) as storage:
+            _, pulled = pull(b, storage, "origin")
+    assert [p.outcome for p in pulled] == ["busy"]
+
+
+def test_a_server_that_ignores_conditional_writes_gets_no_push(
+    tmp_path: Path, s3rver: S3Server, aws_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in s3rver.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = s3rver.new_bucket()
+    location = RemoteLocation(f"s3://{bucket}/ags", endpoint=s3rver.endpoint)
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 3)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 1 and "does not enforce conditional writes" in err
+    listed = s3rver.client().list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert listed == []
+
+
+def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["clone", str(tmp_path / "nowhere"), str(tmp_path / "c")])
+    assert result.exit_code == 1 and result.stderr.startswith("ags: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
+    tmp_path: Path,
+) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, g = new_store(tmp_path / "a", location), new_store(tmp_path / "g", location)
+    sids = [session_with(a, 20, str(i)) for i in range(4)]
+    do_push(a, location, *(f"sessions/{s}" for s in sids))
+    rng = random.Random(7)
+    swept = 0
+    for round_ in range(4):
+        _age(remote, 2 * 3600)  # everything so far is old enough to be chosen
+        stop = threading.Event()
+
+        def pushes(round_: int = round_, stop: threading.Event = stop) -> None:
+            for i in range(12):
+                sid = rng.choice(sids)
+                if i % 4 == 3:  # leave history behind: gc may sweep it
+                    a.rewind(sid, f"{sid}~3")
+                a.append(sid, {"role": "user", "content": f"round {round_} push {i}"})
+                do_push(a, location, f"sessions/{sid}", force=i % 4 == 3)
+            stop.set()
+
+        pusher = threading.Thread(target=pushes)
+        pusher.start()
+        while not stop.is_set():
+            with open_storage(location) as storage:
+                swept += collect_remote_garbage(g, storage, "origin", grace=600).objects_dropped
+        pusher.join()
+        remote_is_consistent(location, tmp_path / f"check{round_}")
+    assert swept > 0  # gc did sweep while the pushes ran
+    with open_storage(location) as storage:
+        for sid in sids:
+            assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
+    a.close()
+    g.close()
+
+
+def test_what_an_importer_remembers_of_local_files_is_not_pushed(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 2)
+    a.set_meta(sid, imported={"version": 1, "tool": "codex", "path": "/home/me/secret.jsonl"})
+    result, _ = do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        assert "imported" not in storage.read_cell(f"refs/sessions/{sid}").value["meta"]
+        _, pulled = pull(b, storage, "origin")
+    assert b.session(sid).imported is None
+    again, _ = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in again.refs] == ["up to date"]
+
+
+def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 2)
+        do_push(a, location, f"sessions/{sid}")
+        with open_storage(location) as storage:
+            fetch(a, storage, "origin")
+        assert a.tracking_refs("origin")
+    code, _out, err = ags(tmp_path / "a", "remote", "remove", "origin")
+    assert code == 0, err
+    with Store.open(tmp_path / "a") as a:
+        assert a.tracking_refs("origin") == {}
+        assert not [n for n in a.ref_names() if n.startswith("remotes/")]
+        assert not [n for n in a.reflog_names() if n.startswith("remotes/")]
+    assert not (tmp_path / "a" / "cache" / "remotes" / "origin").exists()
+
+
+def test_push_without_names_pushes_the_session_checked_out_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "project").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        here, other = session_with(a, 2, "here"), session_with(a, 2, "other")
+    monkeypatch.chdir(tmp_path / "project")
+    code, out, err = ags(tmp_path / "a", "push")
+    assert code == 1 and "name the sessions or tags to push, or use --all" in err
+    assert ags(tmp_path / "a", "checkout", here)[0] == 0
+    code, out, err = ags(tmp_path / "a", "push", "--json")
+    assert code == 0, err
+    assert [r["ref"] for r in json.loads(out)["refs"]] == [f"sessions/{here}"]
+    with open_storage(location) as storage:
+        assert not storage.read_cell(f"refs/sessions/{other}").exists
+
+
+def test_an_empty_session_does_not_empty_the_remote_one_unless_forced(
+    stores: tuple[Store, Store], location: RemoteLocation
+) -> None:
+    a, b = stores
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    meta = {**a.read_ref(f"sessions/{sid}").body["meta"], "messages": 0}  # type: ignore[union-attr]
+    b.fast_forward(sid, None, meta, "test")  # the same id, no history
+    assert b.session(sid).head is None
+    result, _ = do_push(b, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["rejected"]
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
+    result, _ = do_push(b, location, f"sessions/{sid}", force=True)
+    assert [r.outcome for r in result.refs] == ["forced"]
+
+
+def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 3)
+        a.tag("v1", f"{sid}~1")
+    code, out, err = ags(tmp_path / "a", "push", "--json", "v1", sid[:6])
+    assert code == 0, err
+    assert [r["ref"] for r in json.loads(out)["refs"]] == ["tags/v1", f"sessions/{sid}"]
+    for bad in (f"{sid[:6]}~1", "nothing-here"):
+        code, _out, err = ags(tmp_path / "a", "push", bad)
+        assert code == 1 and err.startswith("ags: ") and err.count("\n") == 1, err
+    with open_storage(location) as storage:
+        assert storage.read_cell("refs/tags/v1").value == {"target": a.node_id(f"{sid}~1")}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[1, 2], {"target": "not a node id", "meta": {}}, {"target": None}, {"meta": {}}],
+)
+def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
+    tmp_path: Path, value: object
+) -> None:
+    (tmp_path / "remote").mkdir()
+    location = RemoteLocation(str(tmp_path / "remote"))
+    with new_store(tmp_path / "a", location) as a:
+        sid = session_with(a, 2)
+        do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        cell = storage.read_cell(f"refs/sessions/{sid}")
+        storage.swap(cell, value)
+    Store.open(tmp_path / "b").close()
+    ags(tmp_path / "b", "remote", "add", "origin", str(tmp_path / "remote"))
+    before = tree_snapshot(tmp_path / "b")
+    code, _out, err = ags(tmp_path / "b", "pull")
+    assert code == 1 and "is not a ref cell ags wrote" in err and err.count("\n") == 1, err
+    assert tree_snapshot(tmp_path / "b") == before
+    remote_before = tree_snapshot(tmp_path / "remote")
+    for args in (["push", sid], ["gc", "--remote", "origin"]):  # nor overwritten, nor collected
+        code, _out, err = ags(tmp_path / "a", *args)
+        assert code == 1 and "is not a ref cell ags wrote" in err and err.count("\n") == 1, err
+    after = tree_snapshot(tmp_path / "remote")
+    assert {k: v for k, v in after.items() if "/." not in k and not k.startswith(".")} == {
+        k: v for k, v in remote_before.items() if "/." not in k and not k.startswith(".")
+    }
+    code, _out, err = ags(tmp_path / "a", "push", sid, "--force")
+    assert code == 0, err
