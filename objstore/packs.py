@@ -38,7 +38,7 @@ import blake3
 import zstandard
 
 from . import canonical, objects
-from .errors import CorruptObject, DamagedIndex, DamagedPack
+from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
 from .pack_format import (
     BLOCK_IDX_ENTRY,
@@ -310,6 +310,8 @@ BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
+
+
 def _block_compressor() -> zstandard.ZstdCompressor:
     return objects.thread_compressor(
         "block", level=objects.ZSTD_LEVEL, write_checksum=True, write_content_size=True
@@ -326,6 +328,10 @@ def decompress_block(frame: bytes | memoryview) -> bytes:
         return objects.thread_decompressor().decompress(frame)
     except zstandard.ZstdError as e:
         raise ValueError(f"zstd: {e}") from None
+
+
+# An object as fsck reads it: its id and (kind, body), or what is wrong with it.
+Checked = tuple[str, "tuple[str, bytes] | ObjectError"]
 
 
 def _check_header(path: Path, head: bytes) -> None:
@@ -540,43 +546,109 @@ class SealedPack:
             previous = raw
         return problems
 
-    def record_problems(self) -> list[str]:
-        """What is wrong with the records the index covers: a record that cannot be
-        read, a ref-update record or block that does not verify, an object the index
-        lacks."""
+    def checked_objects(self, problems: list[str]) -> Iterator[Checked]:
+        """Every object of the pack, read in pack order (each block decompressed once)
+        and verified: ``(id, (kind, body))``, or ``(id, the error)``. What is wrong
+        with the records themselves goes to ``problems``: a record that cannot be
+        read, a block or ref-update record that does not verify, an object the
+        index lacks, an index entry that points at no object. Memory: one block."""
         end = min(self.pack_size, self.size)
         start = len(PACK_MAGIC)
         types = (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
-        with memoryview(self._data) as view:
-            scan = scan_buffer(view[start:end], start, types)
-        problems = []
-        if scan.end < end:
-            problems.append(f"records cannot be read from offset {scan.end} on (of {end})")
-        found = set(scan.objects)
-        for checksum, (off, length) in scan.refs:
-            where = f"at offset {off - RECORD_HEAD.size}"
-            payload = self._data[off : off + length]
-            if self.version == 2:
-                if blake3.blake3(payload).digest() != checksum:
-                    problems.append(f"block {where} does not match its checksum")
-                    continue
+        placed = unindexed = 0  # objects where the index says; objects it lacks
+        readable_end = start
+
+        def placement(oid: str, where: tuple[int, ...]) -> None:
+            nonlocal placed, unindexed
+            loc = self.find(oid)
+            if loc is None:
+                unindexed += 1
+            elif loc == where:
+                placed += 1
+
+        view = memoryview(self._data)
+        try:
+            for record in iter_records(view[start:end], start, types):
+                off, length = record.location
+                readable_end = off + length
+                if record.type == TYPE_OBJECT:
+                    oid = record.raw_id.hex()
+                    placement(
+                        oid, (off, length) if self.version == 1 else (off, NOT_IN_A_BLOCK, length)
+                    )
+                    try:
+                        yield oid, objects.decode(oid, self._data[off : off + length])
+                    except CorruptObject as e:
+                        yield oid, e
+                elif record.type == TYPE_REF:
+                    problems += self._ref_record_problems(record.raw_id, off, length)
+                else:
+                    for oid, result in self._block_objects(record.raw_id, off, length, problems):
+                        if isinstance(result, ObjectError):
+                            yield oid, result
+                        else:
+                            placement(oid, (off, *result[2]))
+                            yield oid, result[:2]
+        finally:
+            view.release()
+        if readable_end < end:
+            problems.append(f"records cannot be read from offset {readable_end} on (of {end})")
+        if unindexed:
+            problems.append(f"the index lacks {unindexed} object(s) of the pack")
+        if placed < self.count:  # some entry points at no object: read those through the index
+            yield from self._misplaced()
+
+    def _ref_record_problems(self, checksum: bytes, off: int, length: int) -> list[str]:
+        try:
+            decode_ref_update(checksum, self._data[off : off + length])
+        except CorruptObject as e:
+            why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
+            return [
+                f"ref-update record at offset {off - RECORD_HEAD.size} is damaged "
+                f"({why}); the pack is sealed, so no ref depends on it"
+            ]
+        return []
+
+    def _block_objects(
+        self, checksum: bytes, off: int, length: int, problems: list[str]
+    ) -> Iterator[tuple[str, tuple[str, bytes, tuple[int, int]] | ObjectError]]:
+        """The objects of the block record at ``off``, verified, with where each is in
+        the block; a block that cannot be read fails each object the index puts in it."""
+        where = f"at offset {off - RECORD_HEAD.size}"
+        payload = self._data[off : off + length]
+        if blake3.blake3(payload).digest() != checksum:
+            problems.append(f"block {where} does not match its checksum")
+        seen: set[str] = set()
+        try:
+            content = decompress_block(payload)
+            for oid, inner, n in iter_block(content):
+                seen.add(oid)
                 try:
-                    found.update(oid for oid, _, _ in iter_block(decompress_block(payload)))
-                except ValueError as e:
-                    problems.append(f"block {where} cannot be read ({e})")
-                continue
+                    kind, body = objects.verified(oid, content[inner : inner + n])
+                    yield oid, (kind, body, (inner, n))
+                except CorruptObject as e:
+                    yield oid, e
+        except ValueError as e:
+            problems.append(f"block {where} cannot be read ({e})")
+            for entry in self._entries():
+                oid = entry[0].hex()
+                if entry[1] == off and entry[2] != NOT_IN_A_BLOCK and oid not in seen:
+                    why = f"its block at offset {off} cannot be read ({e})"
+                    yield oid, CorruptObject(oid, why)
+
+    def _misplaced(self) -> Iterator[Checked]:
+        """Every object read through the index, the way other readers read it: for a
+        pack whose records did not confirm every index entry (fsck reports an
+        object twice rather than miss one)."""
+        for entry in self._entries():
+            oid = entry[0].hex()
             try:
-                decode_ref_update(checksum, payload)
-            except CorruptObject as e:
-                why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
-                problems.append(
-                    f"ref-update record {where} is damaged "
-                    f"({why}); the pack is sealed, so no ref depends on it"
-                )
-        missing = len(found - set(self.ids()))
-        if missing:
-            problems.append(f"the index lacks {missing} object(s) of the pack")
-        return problems
+                found = self.get(oid)
+            except ObjectError as e:
+                yield oid, e
+                continue
+            if found is not None:
+                yield oid, found
 
     def close(self) -> None:
         self._blocks.clear()
