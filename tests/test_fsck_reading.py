@@ -13,12 +13,11 @@ from objstore import packs as packs_module
 
 def test_fsck_decompresses_each_block_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "store"
-    with Store.open(path) as s:
-        with s.batch():
-            for n in range(40):
-                sid = s.new_session(title=f"s{n}")
-                for i in range(200):
-                    s.append(sid, {"role": "user", "content": f"message {i} of {n} " + "x" * 500})
+    with Store.open(path) as s, s.batch():
+        for n in range(40):
+            sid = s.new_session(title=f"s{n}")
+            for i in range(200):
+                s.append(sid, {"role": "user", "content": f"message {i} of {n} " + "x" * 500})
     with Store.open(path) as s:  # every pack sealed now
         blocks = sum(1 for pack in s.objects.sealed_packs() for _ in pack.blocks())
     assert blocks > 16  # more than a pack reader caches
