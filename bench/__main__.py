@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .conversations import make_project
-from .peers import skip_peers, versions_note
+from .peers import reset, skip_peers, versions_note
 from .report import Report, Row, machine_info, write_report
 from .scenarios import DEFAULT_SIZES, QUICK_SIZES, SCENARIOS, Sizes
 
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print it; always 0 (a failed target is reported, not raised)."""
     args = parse_args(argv)
     sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    reset()
     if args.no_peers:
         skip_peers("left out (--no-peers)")
     write_report(run_benchmark(sizes, quick=args.quick, only=args.only), as_json=args.json)

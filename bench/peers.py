@@ -54,6 +54,13 @@ def skip_peers(why: str) -> None:
     _skipped.append(why)
 
 
+def reset() -> None:
+    """Forget what an earlier run in this process decided or measured."""
+    _skipped.clear()
+    _results.clear()
+    peer_python.cache_clear()
+
+
 @functools.cache
 def peer_python() -> PeerPython:
     """The peers' environment, made (with the network) if it is not there yet."""

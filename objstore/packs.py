@@ -307,6 +307,7 @@ each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
+RELEASE_EVERY: Final = 64 << 20  # bytes of a pack fsck scans between letting go of its pages
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
@@ -556,7 +557,7 @@ class SealedPack:
         start = len(PACK_MAGIC)
         types = (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
         placed = unindexed = 0  # objects where the index says; objects it lacks
-        readable_end = start
+        readable_end = released = start
 
         def placement(oid: str, where: tuple[int, ...]) -> None:
             nonlocal placed, unindexed
@@ -570,6 +571,8 @@ class SealedPack:
         try:
             for record in iter_records(view[start:end], start, types):
                 off, length = record.location
+                if off + length - released > RELEASE_EVERY:
+                    released = self._release_pages(off - RECORD_HEAD.size)
                 readable_end = off + length
                 if record.type == TYPE_OBJECT:
                     oid = record.raw_id.hex()
@@ -591,12 +594,23 @@ class SealedPack:
                             yield oid, result[:2]
         finally:
             view.release()
+        self._release_pages(end)
         if readable_end < end:
             problems.append(f"records cannot be read from offset {readable_end} on (of {end})")
         if unindexed:
             problems.append(f"the index lacks {unindexed} object(s) of the pack")
         if placed < self.count:  # some entry points at no object: read those through the index
             yield from self._misplaced()
+
+    def _release_pages(self, upto: int) -> int:
+        """Let go of the pages of the pack before ``upto`` and of the whole index that a
+        scan has touched: they stay in the page cache, but a scan of a pack of any
+        size no longer holds them in this process's memory. Returns where it got to."""
+        upto -= upto % mmap.PAGESIZE
+        if upto > 0:
+            self._data.madvise(mmap.MADV_DONTNEED, 0, upto)
+        self._map.madvise(mmap.MADV_DONTNEED)
+        return upto
 
     def _ref_record_problems(self, checksum: bytes, off: int, length: int) -> list[str]:
         try:

@@ -57,11 +57,10 @@ def test_peers_that_cannot_be_installed_are_dashes_and_a_note(
     """No uv on PATH and no environment made before: the bench says so and goes on."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    peers.peer_python.cache_clear()
     try:
         assert main(["--quick", "--json", "--only", "session_bytes"]) == 0
     finally:
-        peers.peer_python.cache_clear()
+        peers.reset()  # nothing of this run's environment stays for another
     report = json.loads(capsys.readouterr().out)
     (row,) = report["rows"]
     assert row["peers"] == {"zettcode": None, "langgraph": None}
