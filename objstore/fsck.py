@@ -72,8 +72,8 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     problems += [Problem(name, why) for name, why in record_problems]
     if progress:
         progress(seen.count, seen.count)
-    problems += seen.link_problems(store)
     seen.finish()
+    problems += seen.link_problems(store)
     problems += seen.span_problems()
 
     ref_names = store.ref_names()
@@ -110,6 +110,9 @@ class _Seen:
 
     def __init__(self) -> None:
         self.count = 0
+        self.finished = False  # finish() has sorted what was read
+        self.counted = 0
+        self.blob_keys = array("q")
         self.nodes: set[int] = set()
         self.blobs: set[int] = set()
         self.other_kinds: dict[int, str] = {}
@@ -130,9 +133,15 @@ class _Seen:
         self.spans: list[tuple[str, int, array[int]]] = []  # node id, after key, messages
 
     def kind(self, key: int) -> str | None:
-        if key in self.nodes:
+        if self.finished:
+            if self.position(key) >= 0:
+                return "node"
+            at = bisect_left(self.blob_keys, key)
+            if at < len(self.blob_keys) and self.blob_keys[at] == key:
+                return "blob"
+        elif key in self.nodes:
             return "node"
-        if key in self.blobs:
+        elif key in self.blobs:
             return "blob"
         return self.other_kinds.get(key)
 
@@ -140,6 +149,8 @@ class _Seen:
         return self.kind(key) is not None or key in self.unreadable
 
     def unique(self) -> int:
+        if self.finished:
+            return self.counted
         return len(self.nodes) + len(self.blobs) + len(self.other_kinds) + len(self.unreadable)
 
     def add(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
@@ -217,7 +228,13 @@ class _Seen:
         return problems
 
     def finish(self) -> None:
-        """Sort the node arrays by key, for ``position``."""
+        """After the last object: the sets become sorted arrays (``position`` for nodes,
+        ``blob_keys``), about half their memory, and ``kind`` looks there."""
+        self.counted = self.unique()
+        self.blob_keys = array("q", sorted(self.blobs))
+        self.blobs = set()
+        self.nodes = set()  # the sorted node_key holds the same keys
+        self.finished = True
         order = sorted(range(len(self.node_key)), key=self.node_key.__getitem__)
         for name in ("node_key", "node_parent", "node_content", "node_messages"):
             column = getattr(self, name)

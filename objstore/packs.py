@@ -307,7 +307,7 @@ each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
-RELEASE_EVERY: Final = 64 << 20  # bytes of a pack fsck scans between letting go of its pages
+RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
 _SUM: Final = 1 << 64
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
@@ -564,10 +564,12 @@ class SealedPack:
         found = placements = 0
         readable_end = released = start
 
+        pack = self._placement_key().pack
+
         def placement(oid: str, where: tuple[int, ...]) -> None:
             nonlocal found, placements
             found += 1
-            placements += hash((int(oid[:16], 16), *where))
+            placements += hash(pack(int(oid[:16], 16), *where))
 
         view = memoryview(self._data)
         try:
@@ -606,10 +608,21 @@ class SealedPack:
             problems.append(f"the index lacks {unindexed} object(s) of the pack")
         yield from self._misplaced()  # read every object through the index
 
+    def _placement_key(self) -> struct.Struct:
+        """What is hashed for one object's place in the sums of ``checked_objects``: the
+        first 8 bytes of its id and its index entry's numbers. Hashed as bytes (SipHash,
+        keyed per process): a tuple's hash is nearly linear in small ints, and two
+        entries that swap places left its sum as it was."""
+        return struct.Struct("<Q" + "Q" * (2 if self.version == 1 else 3))
+
     def _index_sum(self) -> int:
         total = 0
-        for entry in self._entries():
-            total += hash((int.from_bytes(entry[0][:8], "big"), *entry[1:]))
+        every = RELEASE_EVERY // self._entry.size
+        pack = self._placement_key().pack
+        for n, entry in enumerate(self._entries(), 1):
+            total += hash(pack(int.from_bytes(entry[0][:8], "big"), *entry[1:]))
+            if n % every == 0:
+                self._map.madvise(mmap.MADV_DONTNEED)
         self._map.madvise(mmap.MADV_DONTNEED)
         return total % _SUM
 
