@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .conversations import make_project
+from .peers import reset, skip_peers, versions_note
 from .report import Report, Row, machine_info, write_report
 from .scenarios import DEFAULT_SIZES, QUICK_SIZES, SCENARIOS, Sizes
 
@@ -36,17 +37,26 @@ def run_benchmark(sizes: Sizes, quick: bool = False, only: list[str] | None = No
             shutil.rmtree(base, ignore_errors=True)
         rows += outcome.rows
         notes.append(outcome.note)
+    if any(row.peers for row in rows):
+        notes.append(versions_note())
     return Report(machine, asdict(sizes), rows, notes, quick)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Compare ags with a JSONL file per session on generated agent sessions.",
+        description="Compare ags with a JSONL file per session, zettcode's session store and "
+        "LangGraph's SqliteSaver on generated agent sessions.",
         epilog="Example: uv run python -m bench --quick --json",
     )
     parser.add_argument("--quick", action="store_true", help="a small, fast run (smoke test)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="leave zettcode and LangGraph out (their cells are dashes); otherwise they are "
+        "installed from PyPI into ~/.cache/ags-bench/peers-venv on the first run",
+    )
     parser.add_argument(
         "--only",
         metavar="SCENARIO",
@@ -61,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print it; always 0 (a failed target is reported, not raised)."""
     args = parse_args(argv)
     sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    reset()
+    if args.no_peers:
+        skip_peers("left out (--no-peers)")
     write_report(run_benchmark(sizes, quick=args.quick, only=args.only), as_json=args.json)
     return 0
 

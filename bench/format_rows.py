@@ -16,25 +16,30 @@ from .conversations import Conversation, Project, summary_text
 from .jsonl_store import JsonlStore
 from .live_writer import write_and_hold
 from .measure import disk_bytes, paired_medians, timed
+from .peers import PEERS, peer_values, run_peer
 from .report import Row
 from .scenarios import BenchmarkError, Outcome, Sizes, _append_all, _check_same
 
 
 def session_bytes(base: Path, sizes: Sizes, project: Project) -> Outcome:
     """Bytes on disk of one session written by durable appends, the handle closed."""
-    messages = Conversation(project, seed=11).take(sizes.appends)
+    messages = Conversation(project, seed=1).take(sizes.appends)  # durable_appends' messages
     with Store.open(base / "ags") as store:
         _append_all(store, store.new_session(title="bytes"), messages)
     with JsonlStore(base / "jsonl") as jsonl:
         _append_all(jsonl, jsonl.new_session(title="bytes"), messages)
     ags_b, jsonl_b = disk_bytes(base / "ags"), disk_bytes(base / "jsonl")
     n = len(messages)
+    results = {peer: run_peer(peer, "appends", messages, base, key="seed-1") for peer in PEERS}
+    cells, problems = peer_values(results, lambda r: r.bytes)
     row = Row("session_bytes", f"one {n:,}-msg session, disk", "B", ags_b, jsonl_b,
-              "ags <= 0.40x JSONL", ags_b <= 0.40 * jsonl_b)  # fmt: skip
+              "ags <= 0.40x JSONL", ags_b <= 0.40 * jsonl_b, cells)  # fmt: skip
     note = (
         f"bytes: {n:,} messages appended durably to one session, the store closed; "
         "st_blocks*512 of the whole store directory (marker, refs, reflog, packs, "
-        "indexes, directories) against the JSONL file and its directory"
+        "indexes, directories) against the JSONL file and its directory; the peers: "
+        "their directory after the same appends (LangGraph keeps the whole message "
+        "list in every checkpoint)" + "".join(f"; {p}" for p in problems)
     )
     return Outcome([row], note)
 
@@ -58,11 +63,19 @@ def resume_uncompacted(base: Path, sizes: Sizes, project: Project) -> Outcome:
         ags, lambda: JsonlStore(base / "jsonl").context(jid), sizes.resume_runs
     )
     n = len(messages)
+    results = {
+        peer: run_peer(peer, "resume", messages, base, key="seed-12", runs=sizes.resume_runs)
+        for peer in PEERS
+    }
+    cells, problems = peer_values(results, lambda r: r.seconds if r.count == n else None)
     row = Row("resume_uncompacted", f"resume {n:,} msgs, never compacted", "s", ags_s, jsonl_s,
-              "ags <= JSONL/2", ags_s <= jsonl_s / 2)  # fmt: skip
+              "ags <= JSONL/2", ags_s <= jsonl_s / 2, cells)  # fmt: skip
     note = (
         f"resume uncompacted: {n:,} messages appended durably, then a new Store and "
-        f"context() against reading and parsing the JSONL file; median of {sizes.resume_runs}"
+        f"context() against reading and parsing the JSONL file; median of {sizes.resume_runs}; "
+        "zettcode: read(id).active() on a new SessionPersistenceMixin; LangGraph: "
+        "get_state through a new connection (its session written as one checkpoint: "
+        "what a resume reads is the last one either way)" + "".join(f"; {p}" for p in problems)
     )
     return Outcome([row], note)
 

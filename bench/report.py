@@ -27,6 +27,8 @@ class Row:
     jsonl: float
     target: str
     passed: bool | None
+    # The peer stores' values in the same unit (bench/peers.py), None for a dash.
+    peers: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -78,21 +80,30 @@ def format_value(value: float, unit: Unit) -> str:
     return f"{value / (1024 * 1024):,.1f} MB"
 
 
+PEER_LABELS = {"zettcode": "zettcode", "langgraph": "LangGraph"}  # bench/peers.py
+
+
+def _peer_cell(row: Row, peer: str) -> str:
+    value = dict(row.peers).get(peer)
+    return "-" if value is None else format_value(value, row.unit)
+
+
 def render_table(report: Report) -> str:
     """The report as plain text: machine line, aligned table, notes."""
     m = report.machine
     lines = [
-        f"ags vs JSONL-per-session{' (quick run)' if report.quick else ''}",
+        f"ags vs JSONL-per-session, zettcode and LangGraph{' (quick run)' if report.quick else ''}",
         f"Python {m['python']} ({m['implementation']}), {m['cores']} cores, "
         f"load {m['load_1min']} at start, {m['platform']}, temp dir {m['tempdir']}",
         "",
     ]
-    header = ("measure", "ags", "JSONL", "ags/JSONL", "target", "result")
+    header = ("measure", "ags", "JSONL", *PEER_LABELS.values(), "ags/JSONL", "target", "result")
     cells = [header] + [
         (
             row.label,
             format_value(row.ags, row.unit),
             format_value(row.jsonl, row.unit),
+            *(_peer_cell(row, peer) for peer in PEER_LABELS),
             f"{row.ratio:.3g}x",
             row.target,
             row.status,
@@ -100,7 +111,7 @@ def render_table(report: Report) -> str:
         for row in report.rows
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    right = {1, 2, 3}
+    right = set(range(1, 4 + len(PEER_LABELS)))
     for n, cell in enumerate(cells):
         lines.append(
             "  ".join(
@@ -120,7 +131,10 @@ def render_table(report: Report) -> str:
 
 def report_json(report: Report) -> str:
     """The report as JSON: raw values in base units (seconds, bytes, messages/s)."""
-    rows = [{**asdict(row), "ratio": row.ratio, "status": row.status} for row in report.rows]
+    rows = [
+        {**asdict(row), "peers": dict(row.peers), "ratio": row.ratio, "status": row.status}
+        for row in report.rows
+    ]
     doc = {
         "machine": report.machine,
         "quick": report.quick,

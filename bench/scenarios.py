@@ -23,6 +23,7 @@ from .claude_code_files import write_projects
 from .conversations import Conversation, Message, Project, summary_text
 from .jsonl_store import JsonlStore
 from .measure import disk_bytes, paired_medians, timed
+from .peers import peer_values, run_peer
 from .report import Row
 from .web_pages import page_rows
 
@@ -110,6 +111,8 @@ def durable_appends(base: Path, sizes: Sizes, project: Project) -> Outcome:
         jsonl_s, _ = timed(lambda: _append_all(jsonl, jid, messages))
     n = len(messages)
     ags_rate = n / ags_s
+    lang = run_peer("langgraph", "appends", messages, base, key="seed-1")
+    cells, problems = peer_values({"langgraph": lang}, lambda r: r.count / r.seconds)
     row = Row(
         "append_rate",
         f"durable appends ({n:,} msgs)",
@@ -118,10 +121,14 @@ def durable_appends(base: Path, sizes: Sizes, project: Project) -> Outcome:
         n / jsonl_s,
         "ags >= 2,000/s",
         ags_rate >= 2000,
+        cells,
     )
     note = (
         f"appends: {n:,} messages to one session; ags.append returns durable, "
-        "JSONL writes a line and fsyncs its open file"
+        "JSONL writes a line and fsyncs its open file; LangGraph: one SqliteSaver "
+        "checkpoint per message (update_state on a MessagesState graph), durable "
+        "by SQLite's defaults; zettcode: a dash, its appends are flushed, never fsynced"
+        + "".join(f"; {p}" for p in problems)
     )
     return Outcome([row], note)
 

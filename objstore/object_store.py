@@ -48,6 +48,7 @@ from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
     BlockPackWriter,
+    Checked,
     OpenPack,
     PackWriter,
     Replay,
@@ -224,13 +225,35 @@ class ObjectStore:
 
     def pack_problems(self) -> list[tuple[str, str]]:
         """(pack file, what is wrong) for every pack this handle leaves alone and every
-        fault in a sealed pack's index or records, after a fresh look."""
+        fault in a sealed pack's index, after a fresh look (the records' faults are
+        found by ``checked_objects``)."""
         self.refresh()
         problems = [(f"{stem}.pack", why) for stem, why in self._damaged.items()]
         for pack in self._sealed.values():
             problems += [(pack.path.name, p) for p in pack.index_problems()]
-            problems += [(pack.path.name, p) for p in pack.record_problems()]
         return problems
+
+    def checked_objects(self, problems: list[tuple[str, str]]) -> Iterator[Checked]:
+        """Every object this handle can see, verified (``SealedPack.checked_objects``):
+        sealed packs in pack order, then what is being written and loose objects.
+        An object stored twice comes twice. Faults of the packs' records go to
+        ``problems`` as (pack file, what is wrong)."""
+        self.refresh()
+        for pack in list(self._sealed.values()):
+            found: list[str] = []
+            yield from pack.checked_objects(found)
+            problems += [(pack.path.name, why) for why in found]
+        others: list[str] = []
+        if self._writer is not None:
+            others += self._writer.index
+        for open_pack in self._open.values():
+            others += open_pack.index
+        others += (oid for oid, _path in self._loose_files())
+        for oid in others:
+            try:
+                yield oid, self.get(oid)
+            except ObjectError as e:
+                yield oid, e
 
     # -- reading -------------------------------------------------------------
 

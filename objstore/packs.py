@@ -38,7 +38,7 @@ import blake3
 import zstandard
 
 from . import canonical, objects
-from .errors import CorruptObject, DamagedIndex, DamagedPack
+from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
 from .pack_format import (
     BLOCK_IDX_ENTRY,
@@ -307,9 +307,13 @@ each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
+RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
+_SUM: Final = 1 << 64
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
+
+
 def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, bytes]:
     """A whole block pack (5.5) and its index (5.3, version 2), in memory, of the
     objects ``contents`` gives by ``(id, kind + NUL + body)`` (verified by the caller):
@@ -396,6 +400,10 @@ def decompress_block(frame: bytes | memoryview) -> bytes:
         return objects.thread_decompressor().decompress(frame)
     except zstandard.ZstdError as e:
         raise ValueError(f"zstd: {e}") from None
+
+
+# An object as fsck reads it: its id and (kind, body), or what is wrong with it.
+Checked = tuple[str, "tuple[str, bytes] | ObjectError"]
 
 
 def _check_header(path: Path, head: bytes) -> None:
@@ -610,43 +618,157 @@ class SealedPack:
             previous = raw
         return problems
 
-    def record_problems(self) -> list[str]:
-        """What is wrong with the records the index covers: a record that cannot be
-        read, a ref-update record or block that does not verify, an object the index
-        lacks."""
+    def checked_objects(self, problems: list[str]) -> Iterator[Checked]:
+        """Every object of the pack, read in pack order (each block decompressed once)
+        and verified: ``(id, (kind, body))``, or ``(id, the error)``. What is wrong
+        with the records themselves goes to ``problems``: a record that cannot be
+        read, a block or ref-update record that does not verify, an object the
+        index lacks, an index entry that points at no object. Memory: one block."""
         end = min(self.pack_size, self.size)
         start = len(PACK_MAGIC)
         types = (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
+        # Whether the index says where each object is: a sum over (id, where) of what
+        # the scan found, against the same sum over the index read in order (random
+        # lookups would touch every page of a big index). Only when they differ is
+        # each object looked up.
+        found = placements = 0
+        readable_end = released = start
+
+        pack = self._placement_key().pack
+
+        def placement(oid: str, where: tuple[int, ...]) -> None:
+            nonlocal found, placements
+            found += 1
+            placements += hash(pack(int(oid[:16], 16), *where))
+
+        view = memoryview(self._data)
+        try:
+            for record in iter_records(view[start:end], start, types):
+                off, length = record.location
+                if off + length - released > RELEASE_EVERY:
+                    released = self._release_pages(off - RECORD_HEAD.size)
+                readable_end = off + length
+                if record.type == TYPE_OBJECT:
+                    oid = record.raw_id.hex()
+                    placement(
+                        oid, (off, length) if self.version == 1 else (off, NOT_IN_A_BLOCK, length)
+                    )
+                    try:
+                        yield oid, objects.decode(oid, self._data[off : off + length])
+                    except CorruptObject as e:
+                        yield oid, e
+                elif record.type == TYPE_REF:
+                    problems += self._ref_record_problems(record.raw_id, off, length)
+                else:
+                    for oid, result in self._block_objects(record.raw_id, off, length, problems):
+                        if isinstance(result, ObjectError):
+                            yield oid, result
+                        else:
+                            placement(oid, (off, *result[2]))
+                            yield oid, result[:2]
+        finally:
+            view.release()
+        self._release_pages(end)
+        if readable_end < end:
+            problems.append(f"records cannot be read from offset {readable_end} on (of {end})")
+        if found == self.count and placements % _SUM == self._index_sum():
+            return
+        unindexed = sum(self.find(oid) is None for oid in self._record_ids(start, end, types))
+        if unindexed:
+            problems.append(f"the index lacks {unindexed} object(s) of the pack")
+        yield from self._misplaced()  # read every object through the index
+
+    def _placement_key(self) -> struct.Struct:
+        """What is hashed for one object's place in the sums of ``checked_objects``: the
+        first 8 bytes of its id and its index entry's numbers. Hashed as bytes (SipHash,
+        keyed per process): a tuple's hash is nearly linear in small ints, and two
+        entries that swap places left its sum as it was."""
+        return struct.Struct("<Q" + "Q" * (2 if self.version == 1 else 3))
+
+    def _index_sum(self) -> int:
+        total = 0
+        every = RELEASE_EVERY // self._entry.size
+        pack = self._placement_key().pack
+        for n, entry in enumerate(self._entries(), 1):
+            total += hash(pack(int.from_bytes(entry[0][:8], "big"), *entry[1:]))
+            if n % every == 0:
+                self._map.madvise(mmap.MADV_DONTNEED)
+        self._map.madvise(mmap.MADV_DONTNEED)
+        return total % _SUM
+
+    def _record_ids(self, start: int, end: int, types: tuple[int, ...]) -> Iterator[str]:
+        """The id of every object in the records (a block that cannot be read: none)."""
         with memoryview(self._data) as view:
-            scan = scan_buffer(view[start:end], start, types)
-        problems = []
-        if scan.end < end:
-            problems.append(f"records cannot be read from offset {scan.end} on (of {end})")
-        found = set(scan.objects)
-        for checksum, (off, length) in scan.refs:
-            where = f"at offset {off - RECORD_HEAD.size}"
-            payload = self._data[off : off + length]
-            if self.version == 2:
-                if blake3.blake3(payload).digest() != checksum:
-                    problems.append(f"block {where} does not match its checksum")
-                    continue
+            for record in iter_records(view[start:end], start, types):
+                off, length = record.location
+                if record.type == TYPE_OBJECT:
+                    yield record.raw_id.hex()
+                elif record.type == TYPE_BLOCK:
+                    with suppress(ValueError):
+                        content = decompress_block(self._data[off : off + length])
+                        yield from (oid for oid, _, _ in iter_block(content))
+
+    def _release_pages(self, upto: int) -> int:
+        """Let go of the pages of the pack before ``upto`` and of the whole index that a
+        scan has touched: they stay in the page cache, but a scan of a pack of any
+        size no longer holds them in this process's memory. Returns where it got to."""
+        upto -= upto % mmap.PAGESIZE
+        if upto > 0:
+            self._data.madvise(mmap.MADV_DONTNEED, 0, upto)
+        self._map.madvise(mmap.MADV_DONTNEED)
+        return upto
+
+    def _ref_record_problems(self, checksum: bytes, off: int, length: int) -> list[str]:
+        try:
+            decode_ref_update(checksum, self._data[off : off + length])
+        except CorruptObject as e:
+            why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
+            return [
+                f"ref-update record at offset {off - RECORD_HEAD.size} is damaged "
+                f"({why}); the pack is sealed, so no ref depends on it"
+            ]
+        return []
+
+    def _block_objects(
+        self, checksum: bytes, off: int, length: int, problems: list[str]
+    ) -> Iterator[tuple[str, tuple[str, bytes, tuple[int, int]] | ObjectError]]:
+        """The objects of the block record at ``off``, verified, with where each is in
+        the block; a block that cannot be read fails each object the index puts in it."""
+        where = f"at offset {off - RECORD_HEAD.size}"
+        payload = self._data[off : off + length]
+        if blake3.blake3(payload).digest() != checksum:
+            problems.append(f"block {where} does not match its checksum")
+        seen: set[str] = set()
+        try:
+            content = decompress_block(payload)
+            for oid, inner, n in iter_block(content):
+                seen.add(oid)
                 try:
-                    found.update(oid for oid, _, _ in iter_block(decompress_block(payload)))
-                except ValueError as e:
-                    problems.append(f"block {where} cannot be read ({e})")
-                continue
+                    kind, body = objects.verified(oid, content[inner : inner + n])
+                    yield oid, (kind, body, (inner, n))
+                except CorruptObject as e:
+                    yield oid, e
+        except ValueError as e:
+            problems.append(f"block {where} cannot be read ({e})")
+            for entry in self._entries():
+                oid = entry[0].hex()
+                if entry[1] == off and entry[2] != NOT_IN_A_BLOCK and oid not in seen:
+                    why = f"its block at offset {off} cannot be read ({e})"
+                    yield oid, CorruptObject(oid, why)
+
+    def _misplaced(self) -> Iterator[Checked]:
+        """Every object read through the index, the way other readers read it: for a
+        pack whose records did not confirm every index entry (fsck reports an
+        object twice rather than miss one)."""
+        for entry in self._entries():
+            oid = entry[0].hex()
             try:
-                decode_ref_update(checksum, payload)
-            except CorruptObject as e:
-                why = str(e).removeprefix(f"object {checksum.hex()} is corrupt: ")
-                problems.append(
-                    f"ref-update record {where} is damaged "
-                    f"({why}); the pack is sealed, so no ref depends on it"
-                )
-        missing = len(found - set(self.ids()))
-        if missing:
-            problems.append(f"the index lacks {missing} object(s) of the pack")
-        return problems
+                found = self.get(oid)
+            except ObjectError as e:
+                yield oid, e
+                continue
+            if found is not None:
+                yield oid, found
 
     def close(self) -> None:
         self._blocks.clear()

@@ -213,6 +213,10 @@ class RefStore:
             return self._staged[name].record
         return self._read_file(name)
 
+    def read_file(self, name: str) -> RefRecord | None:
+        """The ref as its file holds it, whatever a batch in progress has staged."""
+        return self._read_file(name)
+
     def _read_file(self, name: str) -> RefRecord | None:
         try:
             data = files.read_file(self.path(name))
@@ -245,6 +249,14 @@ class RefStore:
             for name, st in self._staged.items():
                 if name.startswith(kind + "/") and name not in seen and st.record:
                     yield name
+
+    def staged(self, kind: str) -> dict[str, RefRecord | None]:
+        """The refs of a kind that the batch in progress has changed (None: deleted), by
+        name; empty outside a batch."""
+        prefix = kind + "/"
+        return {
+            name: st.record for name, st in (self._staged or {}).items() if name.startswith(prefix)
+        }
 
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The effective reflog of a ref, oldest first (see reflog.py). A ref file that

@@ -34,7 +34,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -55,9 +55,11 @@ from .errors import (
 from .file_paths import check_file_path
 from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
+from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore, SweepResult
+from .packs import Checked
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
 from .refs import (
@@ -129,6 +131,11 @@ class LogEntry:
     @property
     def id(self) -> str:
         return self.node.id
+
+
+SESSION_FIELDS: Final = tuple(f.name for f in fields(SessionInfo))
+ARCHIVED_AT: Final = SESSION_FIELDS.index("archived_at")
+assert SESSION_FIELDS[UPDATED] == "updated"  # the listing index sorts its rows by it
 
 
 def new_session_id() -> str:
@@ -332,6 +339,7 @@ class Store:
         # Per session: one append at a time, its fsync wait included (turns.py).
         self._session_turns: dict[str, threading.Lock] = {}
         self._batch_depth = 0
+        self._listing = ListingIndex(path / "refs" / "sessions", path / "cache", self.tmp_dir)
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
         weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
 
@@ -486,23 +494,22 @@ class Store:
     def sessions(self, include_archived: bool = False) -> list[SessionInfo]:
         """Every session, most recently updated first. A session ref that cannot be
         read is left out and named in a StoreWarning: one damaged file must not
-        hide the others."""
-        rows = []
-        for name in self.refs.names("sessions"):
-            if not SESSION_ID_RE.fullmatch(ref_short(name)):
-                continue
-            try:
-                rec = self.refs.read(name)
-                if rec is None:
-                    continue
-                info = session_info(rec)
-            except StoreFormatError as e:
-                warnings.warn(StoreWarning(f"{e}; left out (ags fsck)"), stacklevel=2)
-                continue
-            if include_archived or not info.archived:
-                rows.append(info)
-        rows.sort(key=lambda s: (s.updated, s.id), reverse=True)
-        return rows
+        hide the others. Read through the listing index (listing.py): one ``stat``
+        and one file when no session moved since the last listing."""
+        listing = self._listing.listing(self._listing_row, _is_session_id)
+        for _sid, why in listing.damaged:
+            warnings.warn(StoreWarning(f"{why}; left out (ags fsck)"), stacklevel=2)
+        found = listing.rows
+        staged = self.refs.staged("sessions")
+        if staged:  # a batch in progress sees its own sessions
+            found = [row for row in found if session_ref(row[0]) not in staged]
+            found += [_row(session_info(rec)) for rec in staged.values() if rec is not None]
+            found.sort(key=lambda row: (row[UPDATED], row[0]), reverse=True)
+        return [SessionInfo(*row) for row in found if include_archived or row[ARCHIVED_AT] is None]
+
+    def _listing_row(self, sid: str) -> list[Any] | None:
+        rec = self.refs.read_file(session_ref(sid))
+        return None if rec is None else _row(session_info(rec))
 
     @property
     def writer_locks(self) -> frozenset[str]:
@@ -1158,6 +1165,13 @@ class Store:
         In a batch it is synced at the end, otherwise with the next append."""
         return self.objects.put(kind, body)
 
+    def checked_objects(self, problems: list[tuple[str, str]]) -> Iterator[Checked]:
+        """Every object, read in storage order and verified: ``(id, (kind, body))`` or
+        ``(id, the error)``; an object stored twice may come twice. Faults of the
+        packs' records go to ``problems`` as (pack file, what is wrong). For fsck:
+        it reads each block once and keeps one in memory."""
+        return self.objects.checked_objects(problems)
+
     def object_ids(self) -> list[str]:
         """Every object id in the store, sorted, each once."""
         return sorted(set(self.objects.ids()))
@@ -1238,6 +1252,15 @@ for _name, _member in list(vars(Store).items()):
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
+
+
+def _is_session_id(name: str) -> bool:
+    return SESSION_ID_RE.fullmatch(name) is not None
+
+
+def _row(info: SessionInfo) -> list[Any]:
+    """A SessionInfo as a row of the listing index: its fields in order."""
+    return [getattr(info, name) for name in SESSION_FIELDS]
 
 
 def _is_time(value: Any) -> bool:

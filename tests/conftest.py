@@ -64,13 +64,15 @@ def flip_a_bit_of_object(path: Path, oid: str) -> Path:
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes (lock files excluded: they hold pids)."""
+    """Every file under ``root`` with its bytes. Lock files are left out (they hold
+    pids), and so is ``cache/``: derived data that any read may make or refresh
+    (FORMAT.md 13, 16), never part of what a store holds."""
     out = {}
     for dirpath, _dirs, files in os.walk(root):
         for fn in files:
             p = Path(dirpath, fn)
             rel = str(p.relative_to(root))
-            if rel.startswith("locks/"):
+            if rel.startswith(("locks/", "cache/")):
                 continue
             out[rel] = p.read_bytes()
     return out

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
+from bench import peers
 from bench.__main__ import main
 
 ROWS = {
@@ -43,7 +45,7 @@ ROWS = {
 
 
 def test_quick_run_reports_every_row_with_numbers(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--quick", "--json"]) == 0
+    assert main(["--quick", "--json", "--no-peers"]) == 0
 
     report = json.loads(capsys.readouterr().out)
     rows = {row["key"]: row for row in report["rows"]}
@@ -55,3 +57,22 @@ def test_quick_run_reports_every_row_with_numbers(capsys: pytest.CaptureFixture[
         assert row["status"] in {"PASS", "FAIL", "-"}
     assert report["quick"] is True
     assert report["machine"]["cores"] >= 1
+
+
+def test_peers_that_cannot_be_installed_are_dashes_and_a_note(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No uv on PATH and no environment made before: the bench says so and goes on."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    try:
+        assert main(["--quick", "--json", "--only", "session_bytes"]) == 0
+    finally:
+        peers.reset()  # nothing of this run's environment stays for another
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["rows"]
+    assert row["peers"] == {"zettcode": None, "langgraph": None}
+    assert row["ags"] > 0 and row["jsonl"] > 0
+    why = "uv is not on PATH, so the peers could not be installed"
+    assert any(why in note for note in report["notes"])
+    assert not (tmp_path / "cache" / "ags-bench" / "peers-venv").exists()
