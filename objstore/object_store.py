@@ -530,6 +530,11 @@ class ObjectStore:
         if not new:
             return 0
         self._before_blocks()
+        if self._before_files is not None:
+            # It may hold file objects (4.3), which an ags of store version 2 would
+            # sweep; telling without decompressing it all again is not worth it.
+            self._before_files()
+            self._before_files = None
         make_dirs(self.pack_dir)
         writer = BlockPackWriter(self.pack_dir, self._tmp_dir)
         try:

@@ -527,3 +527,25 @@ def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
     }
     code, _out, err = ags(tmp_path / "a", "push", sid, "--force")
     assert code == 0, err
+
+
+def test_a_store_that_receives_file_objects_is_marked_for_them(tmp_path: Path) -> None:
+    """File objects that arrive in a pack raise the marker as a local write does
+    (FORMAT.md 2): an ags of store version 2 would sweep them."""
+    location = RemoteLocation(str(tmp_path / "remote"))
+    (tmp_path / "remote").mkdir()
+    with new_store(tmp_path / "a", location) as a:
+        sid = a.new_session()
+        a.append(sid, {"role": "tool", "content": "wrote f"}, files={"f": (None, b"x")})
+        do_push(a, location, f"sessions/{sid}")
+    code, _out, err = ags(tmp_path / "b", "init")
+    assert code == 0, err
+    marker = tmp_path / "b" / "ags-store.json"
+    assert json.loads(marker.read_bytes())["version"] == 2
+    with Store.open(tmp_path / "b") as b:
+        add_remote(b, "origin", location)
+    code, _out, err = ags(tmp_path / "b", "pull")
+    assert code == 0, err
+    assert json.loads(marker.read_bytes())["version"] == 3
+    with Store.open(tmp_path / "b") as b:
+        assert b.file_bytes(b.node(b.session(sid).head).files[0].after or "") == b"x"
