@@ -6,7 +6,10 @@ import os
 from pathlib import Path
 
 import blake3
+import pytest
 import zstandard
+from docker_fixture import require_docker
+from model_server import FakeModelServer
 
 from objstore import Store
 from objstore.pack_format import (
@@ -76,3 +79,16 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
                 continue
             out[rel] = p.read_bytes()
     return out
+
+
+@pytest.fixture
+def image() -> str:
+    """The sandbox image once a Docker engine answers (else a skip; a failure under CI)."""
+    return require_docker()
+
+
+@pytest.fixture
+def server():  # type: ignore[no-untyped-def]
+    """A scripted model server on 127.0.0.1 (tests/model_server.py)."""
+    with FakeModelServer() as s:
+        yield s

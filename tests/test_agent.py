@@ -21,7 +21,7 @@ from typing import Any
 import docker
 import pytest
 from conftest import tree_snapshot
-from docker_fixture import owned_project, require_docker
+from docker_fixture import owned_project
 from model_server import FakeModelServer
 
 from agent.loop import UNKNOWN_OUTCOME, Agent
@@ -32,17 +32,6 @@ from objstore import Store
 from objstore.fsck import check_store
 
 AGS = str(Path(sys.executable).with_name("ags"))
-
-
-@pytest.fixture
-def image() -> str:
-    return require_docker()
-
-
-@pytest.fixture
-def server():
-    with FakeModelServer() as s:
-        yield s
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_fixture import owned_project, require_docker
+from docker_fixture import owned_project
 from model_server import FakeModelServer
 from tmux_terminal import Tmux
 
@@ -26,17 +26,6 @@ from objstore import Store
 
 AGS = str(Path(sys.executable).with_name("ags"))
 PROMPT = re.compile(r"^> *$", re.M)  # an empty prompt line
-
-
-@pytest.fixture
-def image() -> str:
-    return require_docker()
-
-
-@pytest.fixture
-def server():
-    with FakeModelServer() as s:
-        yield s
 
 
 @pytest.fixture

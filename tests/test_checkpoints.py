@@ -13,23 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from docker_fixture import owned_project, require_docker
+from docker_fixture import owned_project
 from model_server import FakeModelServer
 from test_agent import AGS, ags, call, env_for, remove_containers, start_run, wait_for
 
 from agent.tools import Toolbox
 from objstore import FileChange, Store, check_store
-
-
-@pytest.fixture
-def image() -> str:
-    return require_docker()
-
-
-@pytest.fixture
-def server():
-    with FakeModelServer() as s:
-        yield s
 
 
 @pytest.fixture

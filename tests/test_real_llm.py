@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from conftest import tree_snapshot
-from docker_fixture import require_docker
 from llm_server import (  # noqa: F401  (the *_fixture names provide the fixtures)
     MODEL,
     llm_server,
@@ -35,11 +34,6 @@ from objstore import Store
 
 AGS = str(Path(sys.executable).with_name("ags"))
 FINISHED_OR_CUT_OFF = (0, 3)
-
-
-@pytest.fixture
-def image() -> str:
-    return require_docker()
 
 
 @pytest.fixture
