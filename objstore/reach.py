@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .errors import ObjectError
 from .nodes import Node
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(NamedTuple):
+    """One link of a node. A named tuple, not a frozen dataclass: a walk of a whole
+    store makes millions, and a tuple is made three times as fast."""
+
     field: str  # where in the node body: "parent", "kept[2]", "span.messages[0]", ...
     target: str
     kind: str  # what the target must be: "node", "blob" or "file"
