@@ -15,7 +15,6 @@ then rely on a depth far below Python's recursion limit.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Final
 
 import orjson
@@ -97,14 +96,7 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
         except orjson.JSONDecodeError:
             value = _standard(text, max_depth, options)
         else:
-            # An integer beyond 64 bits has at least 19 digits in a row: only a text
-            # with such a run can hold one (a search in C; the walk is in Python).
-            long_run = (
-                _LONG_DIGITS_B.search(text)
-                if isinstance(text, bytes)
-                else _LONG_DIGITS.search(text)
-            )
-            if long_run and _holds_a_big_float(value):  # read it exactly
+            if _holds_a_big_float(value):  # perhaps an integer beyond 64 bits: read it exactly
                 value = _standard(text, max_depth, options)
     # Nesting cannot be deeper than the number of containers opened: most texts
     # open fewer than the limit, and need no walk.
@@ -119,8 +111,6 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
 
 
 _BIG: Final = float(2**63)
-_LONG_DIGITS: Final = re.compile(f"[0-9]{{{len(str(2**63))}}}")
-_LONG_DIGITS_B: Final = re.compile(_LONG_DIGITS.pattern.encode())
 
 
 def _holds_a_big_float(value: Any) -> bool:

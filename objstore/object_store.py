@@ -366,19 +366,9 @@ class ObjectStore:
             return False
 
     def stored_sizes(self) -> dict[str, int]:
-        """Every object this handle can see and the bytes its stored form takes."""
-        self.refresh()
-        sizes: dict[str, int] = {}
-        if self._writer is not None:
-            sizes.update((oid, loc[1]) for oid, loc in self._writer.index.items())
-        for pack in self._open.values():
-            sizes.update((oid, loc[1]) for oid, loc in pack.index.items())
-        for sealed in self._sealed.values():
-            sizes.update((oid, size) for oid, size, _content in sealed.sizes())
-        for oid, path in self._loose_files():
-            with suppress(FileNotFoundError):
-                sizes.setdefault(oid, os.lstat(path).st_size)
-        return sizes
+        """Every object this handle can see and the bytes its stored form takes (of
+        an object stored twice, the last copy ``stored_sizes_stream`` gives)."""
+        return {oid: size for oid, size, _content in self.stored_sizes_stream()}
 
     def stored_sizes_stream(self) -> Iterator[tuple[str, int, int | None]]:
         """``stored_sizes`` one object at a time, for a store of any size (the
