@@ -591,7 +591,9 @@ class SealedPack:
 
     def plain_records(self) -> Iterator[tuple[str, bytes]]:
         """``(id, stored form)`` of every object kept as a record of its own."""
-        for entry in self._entries():
+        for n, entry in enumerate(self._entries(), 1):
+            if n % _ENTRIES_BETWEEN_RELEASES == 0:
+                self.release_pages()
             if self.version == 1:
                 raw, off, length = entry
             else:
@@ -609,14 +611,17 @@ class SealedPack:
         for raw, off, inner, length in self._entries():
             if inner != NOT_IN_A_BLOCK:
                 members.setdefault(off, []).append((raw.hex(), inner, length))
-        for off in sorted(members):
+        for n, off in enumerate(sorted(members), 1):
             try:
                 frame = self._frame(off)
                 record = bytes(self._data[off - RECORD_HEAD.size : off + len(frame)])
                 content: bytes | None = decompress_block(frame)
             except ValueError:
                 content, record = None, b""
+            if n % _BLOCKS_BETWEEN_RELEASES == 0:
+                self.release_pages()  # a merge reads the whole pack: see ``sizes``
             yield record, content, members[off]
+        self.release_pages()
 
     def index_problems(self) -> list[str]:
         """What is wrong with the index (checksum, order, bounds); [] when it is sound."""
