@@ -64,8 +64,15 @@ class IdSet:
             return False  # not an id: in no set of ids
 
     def add(self, oid: str | bytes) -> bool:
-        """Put ``oid`` in; return whether it was not in before."""
-        return self._put(self._key(oid))[1]
+        """Put ``oid`` in; return whether it was not in before. What is not an object id
+        (a damaged node's link) names no object and is never in the set: adding it
+        changes nothing and returns True, so a walk goes on to find it unreadable,
+        as it does with a set of strings."""
+        try:
+            key = self._key(oid)
+        except ValueError:
+            return True
+        return self._put(key)[1]
 
     def get(self, oid: str | bytes, column: int) -> int | None:
         """The value in ``column`` of ``oid``, or None if it is not in the set."""

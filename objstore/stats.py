@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .errors import ObjectError, StoreWarning
 from .id_set import IdSet
 from .nodes import Node
-from .reach import node_links, reachable, scanning
+from .reach import node_links, reach_into, scanning
 from .store import SessionInfo, Store
 from .walk import NodeReader, walk
 
@@ -141,8 +141,14 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
         if other.id != info.id and other.head:
             others_roots.add(other.head)
     others_roots |= set(store.tags().values())
-    others = reachable(others_roots, store.node)
-    sizes = store.object_sizes()
+    # What every other session reaches is most of a big store: an IdSet, read through
+    # a reader that lets go of pack pages, as gc's mark does.
+    others = reach_into(
+        IdSet(store.object_count_hint()),
+        others_roots,
+        scanning(store.node, store.release_pages),
+    )
+    store.release_pages()
     roles: dict[str, int] = {}
     nodes = compactions = 0
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -163,8 +169,9 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
     state_usage = store.state_at(info.id).get("usage") if info.head else None
     if isinstance(state_usage, dict):  # the agent's running total includes summary calls
         usage = {k: int(state_usage.get(k, 0) or 0) for k in usage}
+    sizes = {oid: size for oid, size, _content in store.object_sizes_stream() if oid in mine}
     stored = sum(sizes.get(o, 0) for o in mine)
-    unique = sum(sizes.get(o, 0) for o in mine - others)
+    unique = sum(sizes.get(o, 0) for o in mine if o not in others)
     return SessionUsage(
         info, nodes, compactions, roles, usage, len(mine), stored, unique, stored - unique
     )

@@ -58,11 +58,27 @@ def test_the_all_zero_id_is_an_id_like_any_other() -> None:
     assert not ids.add(zero.hex())
 
 
-def test_what_is_not_an_id_is_in_no_set_and_cannot_be_added() -> None:
+def test_what_is_not_an_id_is_in_no_set_even_after_it_is_added() -> None:
     ids = IdSet()
     assert "HEAD" not in ids and "ab" not in ids and 5 not in ids
+    assert ids.add("zz" * 32) and ids.add("zz" * 32)  # names no object: never "seen"
+    assert "zz" * 32 not in ids and len(ids) == 0
     with pytest.raises(ValueError, match="not an object id"):
-        ids.add("zz" * 32)
+        ids.set("ab", 1)
+
+
+def test_a_mark_goes_past_a_node_whose_link_is_no_id(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s") as store:
+        sid = store.new_session()
+        store.append(sid, {"role": "user", "content": "kept"})
+        head = store.session(sid).head
+        assert head is not None
+        # A node that hashes right but names no object as its state: the mark goes on.
+        body = store.objects.get(head)[1]
+        assert b'"state":null' in body
+        bad = store.objects.put("node", body.replace(b'"state":null', b'"state":"not-an-id"'))
+        marked = reach_into(IdSet(), [bad, head], store.node)
+        assert bad in marked and head in marked and "not-an-id" not in marked
 
 
 def test_a_mark_into_an_id_set_reaches_what_a_set_of_strings_reaches(tmp_path: Path) -> None:
