@@ -474,6 +474,7 @@ class SearchIndex:
             del indexed[sid]
         prune = bool(gone)
         committed_at = 0
+        now: dict[str, SessionInfo] | None = None  # the refs as read after a commit
         for info in listed:
             if counts["nodes"] - committed_at >= BATCH_NODES:
                 if prune:
@@ -481,8 +482,14 @@ class SearchIndex:
                     prune = False
                 writing.commit_and_begin()
                 committed_at = counts["nodes"]
-                # Another process may have indexed sessions between the two.
+                # Between the two, another process may have indexed sessions, at heads
+                # newer than this listing's: read both again, as a refresh begins.
                 indexed = self._indexed()
+                now = {s.id: s for s in self.store.sessions(include_archived=True)}
+            if now is not None:
+                if info.id not in now:
+                    continue  # deleted meanwhile: the next refresh drops it
+                info = now[info.id]
             known = indexed.get(info.id)
             if known is not None and (known.head, known.archived) == (info.head, info.archived):
                 continue
