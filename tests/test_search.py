@@ -674,3 +674,35 @@ def test_refreshes_in_many_batches_find_what_one_transaction_finds(
     with SearchIndex.open(store) as whole:
         assert found(whole, "common", include_archived=True) == in_batches
     assert in_batches == whole_history(store)
+
+
+def test_a_refresh_does_not_put_back_a_head_another_process_indexed_between_its_commits(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with store.batch():
+        for i in range(6):
+            sid = store.new_session()
+            for j in range(5):
+                store.append(sid, user(f"common s{i} m{j}"))
+    last = store.sessions()[-1].id  # the session the refresh below comes to last
+    monkeypatch.setattr(search_module, "BATCH_NODES", 5)
+    plain = search_module._Transaction.commit_and_begin
+    meanwhile: list[str] = []
+
+    def commit_and_begin(self: search_module._Transaction) -> None:
+        if meanwhile:
+            return plain(self)
+        self._db.execute("COMMIT")
+        # Between this refresh's commits: the session moves on, and another
+        # refresh indexes it at its new head.
+        store.append(last, user("fresh words"))
+        meanwhile.append(store.node_id(last))
+        with SearchIndex.open(store) as other:
+            other.refresh()
+        self._db.execute("BEGIN IMMEDIATE")
+
+    monkeypatch.setattr(search_module._Transaction, "commit_and_begin", commit_and_begin)
+    with SearchIndex.open(store) as index:
+        index.refresh()
+        assert meanwhile
+        assert found(index, "fresh", refresh=False) == {(last, meanwhile[0])}
