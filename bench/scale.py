@@ -105,7 +105,14 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
             for m in store.context(sid)
             if isinstance(m.get("content"), str) and m["content"].startswith("Let me look at ")
         )
-    out: dict[str, Any] = {"store_bytes": disk_bytes(path), "session": sid, "word": word}
+    out: dict[str, Any] = {
+        "store_bytes": disk_bytes(path),
+        # What fsck reads: the store without cache/ (the search and listing indexes,
+        # derived data that anything may delete, and that fsck does not check).
+        "checked_bytes": disk_bytes(path) - disk_bytes(path / "cache"),
+        "session": sid,
+        "word": word,
+    }
 
     def ls() -> object:
         with Store.open(path) as store:
@@ -116,10 +123,12 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
             entries = store.log(sid)
             return [next(entries) for _ in range(20)]
 
-    start = time.perf_counter()
-    with Store.open(path) as store, SearchIndex(store) as index:
-        index.search(word)
-    out["search_build_s"] = time.perf_counter() - start
+    # The first search builds the index: measured from nothing each run, as a child
+    # (its peak memory is the point), not on an index an earlier run left.
+    for suffix in ("", "-wal", "-shm"):
+        (path / f"cache/search.sqlite{suffix}").unlink(missing_ok=True)
+    build = child(CLI, ["--store", str(path), "search", word], path.parent)
+    out["search_build_s"], out["search_build_rss_mb"], out["search_build_exit"] = build
 
     def search() -> object:
         with Store.open(path) as store, SearchIndex(store) as index:
@@ -133,7 +142,7 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
         report = check_store(store)
     out["fsck_s"] = time.perf_counter() - start
     out["fsck_problems"] = len(report.problems)
-    out["fsck_mb_s"] = out["store_bytes"] / 1e6 / out["fsck_s"]
+    out["fsck_mb_s"] = out["checked_bytes"] / 1e6 / out["fsck_s"]
     store_arg = ["--store", str(path)]
     repack = "from objstore import Store\nwith Store.open(sys.argv[1]) as s: s.repack()"
     commands = {
@@ -146,7 +155,13 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
         "du": (CLI, [*store_arg, "du"]),
         "--help (start-up alone)": (CLI, ["--help"]),
     }
-    out["cli"] = {}
+    out["cli"] = {
+        "search (first: builds the index)": {
+            "s": out["search_build_s"],
+            "rss_mb": out["search_build_rss_mb"],
+            "exit": out["search_build_exit"],
+        }
+    }
     for name, (code, args) in commands.items():
         seconds, rss, status = child(code, args, path.parent)
         out["cli"][name] = {"s": seconds, "rss_mb": rss, "exit": status}
@@ -168,9 +183,11 @@ def render(result: dict[str, Any]) -> str:
         f"  ls (Store.sessions)                    {r['ls_ms']:>10.1f} ms   <= 50 ms",
         f"  log S -n 20 (first 20 of Store.log)    {r['log20_ms']:>10.1f} ms   <= 50 ms",
         f"  search, warm                           {r['search_ms']:>10.1f} ms   <= 100 ms",
-        f"  search, first (builds the index)       {r['search_build_s']:>10.1f} s",
+        f"  search, first (builds the index)       {r['search_build_s']:>10.1f} s"
+        "     (a child; see below)",
         f"  fsck (check_store)                     {r['fsck_mb_s']:>10.1f} MB/s  >= 50 MB/s"
-        f"  ({r['fsck_s']:.0f} s, {r['fsck_problems']} problems)",
+        f"  ({r['checked_bytes'] / 1e6:,.0f} MB without cache/ in {r['fsck_s']:.0f} s,"
+        f" {r['fsck_problems']} problems)",
         "",
         "command line (a child process)           wall time    peak RSS  (target <= 300 MB)",
     ]

@@ -185,9 +185,17 @@ class _Seen:
             self.spans.append((oid, after, array("q", map(_key, node.span.messages))))
         problems: list[Problem] = []
         deferred = False
+        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
         for link in node_links(node):
             target = _key(link.target)
-            have = self.kind(target)
+            # kind(), inline: this runs for every link of every node of the store
+            have = (
+                "node"
+                if target in nodes
+                else "blob"
+                if target in blobs
+                else other_kinds.get(target)
+            )
             if have is None and target not in self.unreadable:
                 if not deferred:
                     deferred = True

@@ -28,7 +28,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,7 @@ from .errors import (
     StoreWarning,
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .id_set import IdSet
 from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
@@ -365,19 +366,24 @@ class ObjectStore:
             return False
 
     def stored_sizes(self) -> dict[str, int]:
-        """Every object this handle can see and the bytes its stored form takes."""
+        """Every object this handle can see and the bytes its stored form takes (of
+        an object stored twice, the last copy ``stored_sizes_stream`` gives)."""
+        return {oid: size for oid, size, _content in self.stored_sizes_stream()}
+
+    def stored_sizes_stream(self) -> Iterator[tuple[str, int, int | None]]:
+        """``stored_sizes`` one object at a time, for a store of any size (the
+        duplicates left in), with each object's content length where an index
+        gives it (``SealedPack.sizes``)."""
         self.refresh()
-        sizes: dict[str, int] = {}
         if self._writer is not None:
-            sizes.update((oid, loc[1]) for oid, loc in self._writer.index.items())
-        for pack in self._open.values():
-            sizes.update((oid, loc[1]) for oid, loc in pack.index.items())
-        for sealed in self._sealed.values():
-            sizes.update(sealed.sizes())
+            yield from ((oid, loc[1], None) for oid, loc in list(self._writer.index.items()))
+        for pack in list(self._open.values()):
+            yield from ((oid, loc[1], None) for oid, loc in list(pack.index.items()))
+        for sealed in list(self._sealed.values()):
+            yield from sealed.sizes()
         for oid, path in self._loose_files():
             with suppress(FileNotFoundError):
-                sizes.setdefault(oid, os.lstat(path).st_size)
-        return sizes
+                yield oid, os.lstat(path).st_size, None
 
     def _loose_files(self) -> Iterator[tuple[str, str]]:
         """Every loose object file; other files (not named by a lower-case hex id) are
@@ -387,6 +393,19 @@ class ObjectStore:
                 for name in os.listdir(self.root / sub):
                     if objects.ID_RE.fullmatch(sub + name):
                         yield sub + name, f"{self._root}/{sub}/{name}"
+
+    def count_hint(self) -> int:
+        """About how many objects this handle sees (copies in several packs counted
+        each time, loose files not at all): what sizes a whole-store ``IdSet``."""
+        count = sum(pack.count for pack in self._sealed.values())
+        count += sum(len(pack.index) for pack in self._open.values())
+        return count + (len(self._writer.index) if self._writer is not None else 0)
+
+    def release_pages(self) -> None:
+        """Let go of the pages of the sealed packs this process has read (see
+        ``SealedPack.release_pages``)."""
+        for pack in self._sealed.values():
+            pack.release_pages()
 
     def sealed_packs(self) -> list[SealedPack]:
         self.refresh()
@@ -569,7 +588,7 @@ class ObjectStore:
     def sweep(
         self,
         older_than: float,
-        mark: Callable[[], set[str]],
+        mark: Callable[[], Container[str]],
         *,
         dry_run: bool = False,
         progress: Callable[[int, int], None] | None = None,
@@ -610,14 +629,16 @@ class ObjectStore:
             self.refresh()
             chosen = [p for p in chosen if self._sealed.get(p.path.stem) is p]
             loose = [item for item in loose if os.path.lexists(item[1])]
-            swept: set[str] = set()
+            swept = IdSet()
             freed = 0
             for pack in chosen:
-                for oid, size in pack.sizes():
+                for oid, size, _content in pack.sizes():
                     if oid not in keep:
                         swept.add(oid)
                         freed += size
-            swept.update(oid for oid, _p, _s in loose if oid not in keep)
+            for oid, _p, _s in loose:
+                if oid not in keep:
+                    swept.add(oid)
             freed += sum(size for oid, _p, size in loose if oid not in keep)
             loose_kept = [(oid, path) for oid, path, _s in loose if oid in keep]
             if dry_run or not (swept or loose_kept or len(chosen) > 1):
@@ -648,7 +669,7 @@ class ObjectStore:
         self,
         packs: list[SealedPack],
         *,
-        keep: set[str] | None = None,
+        keep: Container[str] | None = None,
         extra: list[tuple[str, str]] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> BlockPackWriter:
@@ -658,7 +679,7 @@ class ObjectStore:
         plain record, or the whole block that cannot be read."""
         self._before_blocks()
         merged = BlockPackWriter(self.pack_dir, self._tmp_dir)
-        copied: set[str] = set()
+        copied = IdSet(sum(pack.count for pack in packs) + len(extra or ()))
         damaged: dict[str, bytes] = {}
         broken: list[tuple[bytes, list[tuple[str, int, int]]]] = []
 

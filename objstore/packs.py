@@ -309,6 +309,8 @@ fraction of a millisecond."""
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
 _SUM: Final = 1 << 64
+_ENTRIES_BETWEEN_RELEASES: Final = 1 << 16
+_BLOCKS_BETWEEN_RELEASES: Final = 512
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
 # object's size): nothing bigger is ever decompressed.
 MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
@@ -549,28 +551,49 @@ class SealedPack:
         for entry in self._entries():
             yield entry[0].hex()
 
-    def sizes(self) -> Iterator[tuple[str, int]]:
-        """Every object and the bytes it takes in the pack: its stored form, or its
-        share of its block's compressed frame."""
+    def sizes(self) -> Iterator[tuple[str, int, int | None]]:
+        """Every object, the bytes it takes in the pack (its stored form, or its share
+        of its block's compressed frame), and the length of its ``kind + NUL + body``
+        where the index says it (in a block), else None. Two passes over the index
+        (the first sums each block's content): memory grows with the blocks, not
+        the objects."""
         if self.version == 1:
             for raw, _off, length in self._entries():
-                yield raw.hex(), length
+                yield raw.hex(), length, None
             return
-        by_block: dict[int, list[tuple[bytes, int]]] = {}
-        for raw, off, inner, length in self._entries():
+        # Each page fault maps the pages around it too (fault-around): the pages are
+        # let go of often, or this walk would map the whole pack.
+        content: dict[int, int] = {}
+        for n, (_raw, off, inner, length) in enumerate(self._entries(), 1):
+            if inner != NOT_IN_A_BLOCK:
+                content[off] = content.get(off, 0) + length
+            if n % _ENTRIES_BETWEEN_RELEASES == 0:
+                self.release_pages()
+        frames = {}
+        for n, off in enumerate(content, 1):
+            frames[off] = len(self._frame(off))
+            if n % _BLOCKS_BETWEEN_RELEASES == 0:
+                self.release_pages()
+        for n, (raw, off, inner, length) in enumerate(self._entries(), 1):
             if inner == NOT_IN_A_BLOCK:
-                yield raw.hex(), length
+                yield raw.hex(), length, None
             else:
-                by_block.setdefault(off, []).append((raw, length))
-        for off, members in by_block.items():
-            frame = len(self._frame(off))
-            total = sum(length for _, length in members) or 1
-            for raw, length in members:
-                yield raw.hex(), max(1, frame * length // total)
+                yield raw.hex(), max(1, frames[off] * length // (content[off] or 1)), length
+            if n % _ENTRIES_BETWEEN_RELEASES == 0:
+                self.release_pages()
+        self.release_pages()
+
+    def release_pages(self) -> None:
+        """Let go of every page of the pack and index this process has touched (they
+        stay in the page cache): what walks a whole store calls now and then, so its
+        memory does not grow to the size of the store."""
+        self._release_pages(self.size)
 
     def plain_records(self) -> Iterator[tuple[str, bytes]]:
         """``(id, stored form)`` of every object kept as a record of its own."""
-        for entry in self._entries():
+        for n, entry in enumerate(self._entries(), 1):
+            if n % _ENTRIES_BETWEEN_RELEASES == 0:
+                self.release_pages()
             if self.version == 1:
                 raw, off, length = entry
             else:
@@ -588,14 +611,17 @@ class SealedPack:
         for raw, off, inner, length in self._entries():
             if inner != NOT_IN_A_BLOCK:
                 members.setdefault(off, []).append((raw.hex(), inner, length))
-        for off in sorted(members):
+        for n, off in enumerate(sorted(members), 1):
             try:
                 frame = self._frame(off)
                 record = bytes(self._data[off - RECORD_HEAD.size : off + len(frame)])
                 content: bytes | None = decompress_block(frame)
             except ValueError:
                 content, record = None, b""
+            if n % _BLOCKS_BETWEEN_RELEASES == 0:
+                self.release_pages()  # a merge reads the whole pack: see ``sizes``
             yield record, content, members[off]
+        self.release_pages()
 
     def index_problems(self) -> list[str]:
         """What is wrong with the index (checksum, order, bounds); [] when it is sound."""

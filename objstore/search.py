@@ -27,8 +27,11 @@ path. So:
 A hit is a (session, node) pair: a message in history that forks share is
 listed once for each session that reaches it, newest first.
 
-A refresh is one SQLite write transaction (WAL, busy timeout), so processes
-refreshing at once take turns and the later ones find nothing left to do.
+A refresh is a run of SQLite write transactions (WAL, busy timeout), one every
+``BATCH_NODES`` new nodes, each leaving whole sessions indexed: processes
+refreshing at once take turns and the later ones find less or nothing left
+to do, and a refresh that is stopped (killed, power lost) leaves the sessions
+it committed, which the next one does not index again.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import zstandard
 from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
 from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
+from .reach import scanning
 from .store import SessionInfo, Store
 from .walk import walk
 
@@ -56,6 +60,9 @@ SCHEMA_VERSION: Final = 2  # 2: a message's text is indexed up to MAX_INDEXED_CH
 STAMP_SETTLE_S: Final = 2.0  # see SearchIndex._refs_stamp
 INDEX_PATH: Final = Path("cache") / "search.sqlite"
 BUSY_TIMEOUT_S: Final = 60.0
+BATCH_NODES: Final = 20_000  # nodes indexed between two commits of a refresh
+CACHE_KIB: Final = 16 * 1024  # SQLite's page cache, per connection
+OPTIMIZE_AFTER_TEXTS: Final = 50_000  # texts one refresh adds before it merges the FTS index
 SNIPPET_TOKENS: Final = 16
 SUMMARY_ROLE: Final = "summary"  # the role filter that selects compaction summaries
 
@@ -243,6 +250,7 @@ class SearchIndex:
         self.store = store
         self.path = store.path / INDEX_PATH
         self._compressor = zstandard.ZstdCompressor(level=3)
+        self._read_node = scanning(store.node, store.release_pages)
         self._db = self._connect()
 
     @classmethod
@@ -269,9 +277,9 @@ class SearchIndex:
         """Drop everything and index every session again from the objects."""
 
         def rebuild() -> RefreshStats:
-            with self._writing():
+            with self._writing() as writing:
                 _create_schema(self._db)
-                return self._update(self.store.sessions(include_archived=True), {})
+                return self._update(self.store.sessions(include_archived=True), {}, writing)
 
         return self._guarded(rebuild)
 
@@ -353,6 +361,7 @@ class SearchIndex:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost commit is redone
             db.execute("PRAGMA journal_size_limit = 8388608")  # a big refresh's WAL shrinks
+            db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
             if _schema_version(db) != SCHEMA_VERSION:
                 with _Transaction(db):
                     if _schema_version(db) != SCHEMA_VERSION:  # another process may have
@@ -399,8 +408,12 @@ class SearchIndex:
     def _refresh(self) -> RefreshStats:
         stamp = self._refs_stamp()
         if stamp is not None and stamp == self._stored_stamp():
-            indexed = self._indexed()
-            return RefreshStats(sessions=len(indexed), failed=_failures(indexed))
+            # Nothing changed: no session row is read, only the count and the failures.
+            (count,) = self._db.execute("SELECT count(*) FROM sessions").fetchone()
+            failed = self._db.execute(
+                "SELECT sid, failed FROM sessions WHERE failed IS NOT NULL ORDER BY sid"
+            )
+            return RefreshStats(sessions=count, failed=tuple(failed))
         listed = self.store.sessions(include_archived=True)
         indexed = self._indexed()
         if len(indexed) == len(listed) and all(
@@ -409,10 +422,10 @@ class SearchIndex:
         ):
             stats = RefreshStats(sessions=len(listed), failed=_failures(indexed))
         else:
-            with self._writing():
+            with self._writing() as writing:
                 # Read both again under the write lock: another process may have done it.
                 listed = self.store.sessions(include_archived=True)
-                stats = self._update(listed, self._indexed())
+                stats = self._update(listed, self._indexed(), writing)
         if stamp is not None:
             with self._writing():
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES ('refs', ?)", (stamp,))
@@ -441,16 +454,42 @@ class SearchIndex:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'refs'").fetchone()
         return str(row[0]) if row else None
 
-    def _update(self, listed: list[SessionInfo], indexed: dict[str, _Indexed]) -> RefreshStats:
+    def _update(
+        self, listed: list[SessionInfo], indexed: dict[str, _Indexed], writing: _Transaction
+    ) -> RefreshStats:
+        """Index the sessions of ``listed`` whose head or archived flag ``indexed`` does
+        not have, and drop the sessions that are gone. Commits every BATCH_NODES new
+        nodes: a first build of a big store neither holds its whole index in one
+        transaction nor starts again from nothing if it is stopped. Each commit
+        leaves a sound index (every session in it complete); the next refresh does
+        the rest."""
         db = self._db
         counts = {"nodes": 0, "texts": 0}
         updated = 0
-        prune = False
         gone = set(indexed) - {s.id for s in listed}
         for sid in gone:
             db.execute("DELETE FROM reach WHERE session = ?", (indexed[sid].rowid,))
             db.execute("DELETE FROM sessions WHERE id = ?", (indexed[sid].rowid,))
+        for sid in gone:
+            del indexed[sid]
+        prune = bool(gone)
+        committed_at = 0
+        now: dict[str, SessionInfo] | None = None  # the refs as read after a commit
         for info in listed:
+            if counts["nodes"] - committed_at >= BATCH_NODES:
+                if prune:
+                    self._prune()
+                    prune = False
+                writing.commit_and_begin()
+                committed_at = counts["nodes"]
+                # Between the two, another process may have indexed sessions, at heads
+                # newer than this listing's: read both again, as a refresh begins.
+                indexed = self._indexed()
+                now = {s.id: s for s in self.store.sessions(include_archived=True)}
+            if now is not None:
+                if info.id not in now:
+                    continue  # deleted meanwhile: the next refresh drops it
+                info = now[info.id]
             known = indexed.get(info.id)
             if known is not None and (known.head, known.archived) == (info.head, info.archived):
                 continue
@@ -491,10 +530,13 @@ class SearchIndex:
                 [(seg, rowid, upto) for seg, upto in reach],
             )
             indexed[info.id] = _Indexed(rowid, info.head, info.archived, why)
-        for sid in gone:
-            del indexed[sid]
-        if gone or prune:
+        if prune:
             self._prune()
+        self.store.release_pages()
+        if counts["texts"] >= OPTIMIZE_AFTER_TEXTS:
+            # Many batches leave the full-text index in many segments, and a query
+            # reads each: merged into one, a search of a big store takes half the time.
+            db.execute("INSERT INTO texts (texts) VALUES ('optimize')")
         return RefreshStats(
             len(listed), updated, len(gone), counts["nodes"], counts["texts"], _failures(indexed)
         )
@@ -508,7 +550,7 @@ class SearchIndex:
         texts: dict[str, tuple[str, str | None]] = {}  # blobs not yet indexed
         blob_rows: dict[str, int] = {}  # blobs indexed: their row
         anchor = None
-        for node in walk(head, self.store.node):
+        for node in walk(head, self._read_node):
             anchor = db.execute(
                 "SELECT seg, depth FROM nodes WHERE oid = ?", (bytes.fromhex(node.id),)
             ).fetchone()
@@ -611,7 +653,13 @@ class _Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _Transaction:
+        self._db.execute("BEGIN IMMEDIATE")
+        return self
+
+    def commit_and_begin(self) -> None:
+        """Commit what is done so far and go on in a new transaction."""
+        self._db.execute("COMMIT")
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *rest: object) -> None:

@@ -32,7 +32,7 @@ import secrets
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -1043,7 +1043,13 @@ class Store:
         ``reflog_cutoff``, names: what keeps objects alive. Refs in ``skip`` and
         files that are no ref name are left out; a ref that cannot be read raises
         StoreFormatError (what it reaches is unknown)."""
-        found: set[str] = set()
+        return set(self.iter_roots(skip=skip, reflog_cutoff=reflog_cutoff))
+
+    def iter_roots(
+        self, *, skip: Collection[str] = (), reflog_cutoff: str | None = None
+    ) -> Iterator[str]:
+        """``roots`` one at a time, repeats left in: the reflogs of a big store name
+        about every node it has, too many to hold as a set of strings."""
         for name in self.refs.all_names():
             if name in skip:
                 continue
@@ -1052,14 +1058,13 @@ class Store:
             except InvalidName:
                 continue
             if rec is not None and isinstance(rec.target, str) and names_node(rec.target):
-                found.add(rec.target)
+                yield rec.target
         for name in self.refs.log_names():
             if name in skip:
                 continue
             for entry in self.refs.reflog(name):
                 if reflog_cutoff is None or entry.time >= reflog_cutoff:
-                    found.update(v for v in (entry.old, entry.new) if v and names_node(v))
-        return found
+                    yield from (v for v in (entry.old, entry.new) if v and names_node(v))
 
     def expire_reflogs(
         self, cutoff: str, *, skip: Collection[str] = (), dry_run: bool = False
@@ -1180,9 +1185,23 @@ class Store:
         """Every object and the bytes its stored (compressed) form takes."""
         return self.objects.stored_sizes()
 
+    def object_sizes_stream(self) -> Iterator[tuple[str, int, int | None]]:
+        """``object_sizes`` as a stream, with the length of each object's ``kind + NUL +
+        body`` where an index says it: (id, stored bytes, that length or None). An
+        object stored twice comes twice."""
+        return self.objects.stored_sizes_stream()
+
     def body_size(self, object_id: str) -> int:
         """An object's uncompressed body size (0 if it cannot be read)."""
         return self.objects.body_size(object_id)
+
+    def object_count_hint(self) -> int:
+        """About how many objects the store holds (``ObjectStore.count_hint``)."""
+        return self.objects.count_hint()
+
+    def release_pages(self) -> None:
+        """Let go of the pack pages this process has read: for walks of a whole store."""
+        self.objects.release_pages()
 
     def pack_count(self) -> int:
         return len(self.objects.sealed_packs())
@@ -1194,7 +1213,7 @@ class Store:
     def sweep(
         self,
         older_than: float,
-        mark: Callable[[], set[str]],
+        mark: Callable[[], Container[str]],
         *,
         dry_run: bool = False,
         progress: Callable[[int, int], None] | None = None,

@@ -444,3 +444,25 @@ def test_ags_run_survives_tool_arguments_nested_5000_deep(tmp_path):
         httpd.shutdown()
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "is not JSON (nested deeper than" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[9223372036854775808]",  # 2**63: the first integer orjson reads as a float
+        b'{"a": -9223372036854775809, "b": "x"}',
+        b'[1, {"deep": [123456789012345678901234567890]}]',
+        "[18446744073709551616]",  # 2**64, as str
+    ],
+)
+def test_integers_beyond_64_bits_are_read_exactly(text: bytes | str) -> None:
+    assert parse_json(text) == json.loads(text)
+    assert all(type(n) is int for n in _numbers(parse_json(text)))
+
+
+def _numbers(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return [value] if isinstance(value, int | float) else []

@@ -599,3 +599,110 @@ def test_a_quiet_store_is_refreshed_with_one_stat_and_a_change_is_still_seen(
         assert found(index, "first")
     store.append(sid, user("second words"))  # renames the ref: the stamp moves
     assert {n for _s, n in found(index, "second")} == {store.node_id(sid)}
+
+
+# -- a first build in batches -----------------------------------------------------
+
+BUILDER_KILLED_AFTER_TWO_COMMITS = textwrap.dedent(
+    """
+    import sys, time
+    from objstore import Store, search
+    from objstore.search import SearchIndex
+    search.BATCH_NODES = 40  # a commit every few sessions
+    commits = 0
+    plain = search._Transaction.commit_and_begin
+    def commit_and_begin(self):
+        global commits
+        plain(self)
+        commits += 1
+        if commits == 2:
+            print("committed", flush=True)
+            time.sleep(600)  # the test kills the process here
+    search._Transaction.commit_and_begin = commit_and_begin
+    with Store.open(sys.argv[1]) as store, SearchIndex.open(store) as index:
+        index.refresh()
+    """
+)
+
+
+def test_a_first_build_killed_halfway_keeps_what_it_committed_and_the_next_finishes(
+    store: Store,
+) -> None:
+    with store.batch():
+        for i in range(30):
+            sid = store.new_session()
+            for j in range(10):
+                store.append(sid, user(f"common session{i} message{j}"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUILDER_KILLED_AFTER_TWO_COMMITS, str(store.path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "committed\n", proc.stderr
+    finally:
+        proc.kill()  # SIGKILL: no rollback, no close
+        proc.wait()
+    db = sqlite3.connect(store.path / INDEX_PATH)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    (kept,) = db.execute("SELECT count(*) FROM sessions").fetchone()
+    db.close()
+    assert 0 < kept < 30  # two batches of whole sessions, not the whole build
+    with SearchIndex.open(store) as index:
+        stats = index.refresh()
+        assert stats.updated == 30 - kept  # resumed: what was committed is not redone
+        assert found(index, "common") == whole_history(store)
+        assert found(index, "message7") == {
+            (s.id, entry.id)
+            for s in store.sessions()
+            for entry in store.log(s.id)
+            if entry.message["content"].endswith("message7")
+        }
+
+
+def test_refreshes_in_many_batches_find_what_one_transaction_finds(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_module, "BATCH_NODES", 3)  # rewinds and deletes mid-refresh
+    with SearchIndex.open(store) as batched:
+        random_history(store, batched, seed=7, steps=60)
+        in_batches = found(batched, "common", include_archived=True)
+    monkeypatch.setattr(search_module, "BATCH_NODES", 10**9)
+    (store.path / INDEX_PATH).unlink()
+    with SearchIndex.open(store) as whole:
+        assert found(whole, "common", include_archived=True) == in_batches
+    assert in_batches == whole_history(store)
+
+
+def test_a_refresh_does_not_put_back_a_head_another_process_indexed_between_its_commits(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with store.batch():
+        for i in range(6):
+            sid = store.new_session()
+            for j in range(5):
+                store.append(sid, user(f"common s{i} m{j}"))
+    last = store.sessions()[-1].id  # the session the refresh below comes to last
+    monkeypatch.setattr(search_module, "BATCH_NODES", 5)
+    plain = search_module._Transaction.commit_and_begin
+    meanwhile: list[str] = []
+
+    def commit_and_begin(self: search_module._Transaction) -> None:
+        if meanwhile:
+            return plain(self)
+        self._db.execute("COMMIT")
+        # Between this refresh's commits: the session moves on, and another
+        # refresh indexes it at its new head.
+        store.append(last, user("fresh words"))
+        meanwhile.append(store.node_id(last))
+        with SearchIndex.open(store) as other:
+            other.refresh()
+        self._db.execute("BEGIN IMMEDIATE")
+
+    monkeypatch.setattr(search_module._Transaction, "commit_and_begin", commit_and_begin)
+    with SearchIndex.open(store) as index:
+        index.refresh()
+        assert meanwhile
+        assert found(index, "fresh", refresh=False) == {(last, meanwhile[0])}

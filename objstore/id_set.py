@@ -1,0 +1,167 @@
+"""A set of object ids in about 50 bytes an id, for what walks a whole store.
+
+gc's mark, the sweep's copy, and ``du`` each remember every object of the
+store; a Python ``set`` of hex id strings takes about 150 bytes an id (the
+string and the set's slot), 300 MB for two million objects. ``IdSet`` keeps
+the 32 raw bytes of each id in one ``bytearray`` laid out as an open-addressed
+hash table (linear probing, at most 70% full), with optional ``int`` columns
+beside it: nothing is a Python object per id. An id's first 8 bytes are its
+hash: BLAKE3 output is uniform, and whole ids are compared, so two ids that
+share a prefix are still two.
+
+fsck keeps less (the first 60 bits of an id, fsck.py ``_Seen``) because a
+false match there only hides a report; here a false match would make gc
+drop an object, so whole ids are kept.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Final
+
+ID_BYTES: Final = 32
+_MAX_FILL: Final = 0.7
+_MIN_SLOTS: Final = 1024
+
+
+def _slots_for(count: int) -> int:
+    """The smallest power of two that holds ``count`` ids at most 70% full."""
+    slots = _MIN_SLOTS
+    while slots * _MAX_FILL < count:
+        slots *= 2
+    return slots
+
+
+class IdSet:
+    """Object ids (hex strings or 32 raw bytes), each with ``columns`` signed 64-bit
+    values (0 until set). ``expected``: how many ids it will hold, so that it does
+    not grow (growing keeps the old table and the new one for a moment).
+
+    ``key_bytes``: how much of an id is kept. Whole ids (the default) for what
+    decides what is deleted; a prefix of 8 bytes for a count or a size, where
+    two ids sharing one (about one chance in 10**7 for two million ids) only
+    makes a number a little wrong.
+
+    The all-zero key marks an empty slot; it is kept apart, in ``_zero``.
+    """
+
+    def __init__(self, expected: int = 0, columns: int = 0, key_bytes: int = ID_BYTES) -> None:
+        self._key_bytes = key_bytes
+        self._empty = bytes(key_bytes)
+        self._slots = _slots_for(expected)
+        self._table = bytearray(self._slots * key_bytes)
+        self._columns = [array("q", bytes(8 * self._slots)) for _ in range(columns)]
+        self._zero: list[int] | None = None  # the all-zero id's values, if it is in
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count + (self._zero is not None)
+
+    def __contains__(self, oid: object) -> bool:
+        try:
+            return self._slot(self._key(oid)) >= 0  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            return False  # not an id: in no set of ids
+
+    def add(self, oid: str | bytes) -> bool:
+        """Put ``oid`` in; return whether it was not in before. What is not an object id
+        (a damaged node's link) names no object and is never in the set: adding it
+        changes nothing and returns True, so a walk goes on to find it unreadable,
+        as it does with a set of strings."""
+        try:
+            key = self._key(oid)
+        except ValueError:
+            return True
+        return self._put(key)[1]
+
+    def get(self, oid: str | bytes, column: int) -> int | None:
+        """The value in ``column`` of ``oid``, or None if it is not in the set."""
+        raw = self._key(oid)
+        if raw == self._empty:
+            return None if self._zero is None else self._zero[column]
+        slot = self._slot(raw)
+        return None if slot < 0 else self._columns[column][slot]
+
+    def set(self, oid: str | bytes, *values: int) -> None:
+        """Put ``oid`` in with its values (one for each column)."""
+        raw = self._key(oid)
+        if raw == self._empty:
+            self._zero = list(values)
+            return
+        slot, _new = self._put(raw)
+        for column, value in zip(self._columns, values, strict=True):
+            column[slot] = value
+
+    def _key(self, oid: str | bytes) -> bytes:
+        return _raw(oid)[: self._key_bytes]
+
+    def _home(self, raw: bytes) -> int:
+        return int.from_bytes(raw[:8], "little") & (self._slots - 1)
+
+    def _slot(self, raw: bytes) -> int:
+        """Where ``raw`` is in the table, or -1 (the zero id: 0 if in, else -1)."""
+        empty, size = self._empty, self._key_bytes
+        if raw == empty:
+            return 0 if self._zero is not None else -1
+        table, mask = self._table, self._slots - 1
+        i = self._home(raw)
+        while True:
+            at = i * size
+            if table.startswith(raw, at):
+                return i
+            if table.startswith(empty, at):
+                return -1
+            i = (i + 1) & mask
+
+    def _put(self, raw: bytes) -> tuple[int, bool]:
+        empty, size = self._empty, self._key_bytes
+        if raw == empty:
+            new = self._zero is None
+            if new:
+                self._zero = [0] * len(self._columns)
+            return -1, new
+        table, mask = self._table, self._slots - 1
+        i = self._home(raw)
+        while True:
+            at = i * size
+            if table.startswith(raw, at):
+                return i, False
+            if table.startswith(empty, at):
+                break
+            i = (i + 1) & mask
+        if (self._count + 1) > self._slots * _MAX_FILL:
+            self._grow()
+            return self._put(raw)
+        table[at : at + size] = raw
+        self._count += 1
+        return i, True
+
+    def _grow(self) -> None:
+        empty, size = self._empty, self._key_bytes
+        old_table, old_columns = self._table, self._columns
+        self._slots *= 2
+        table = self._table = bytearray(self._slots * size)
+        self._columns = [array("q", bytes(8 * self._slots)) for _ in old_columns]
+        mask = self._slots - 1
+        for at in range(0, len(old_table), size):
+            if old_table.startswith(empty, at):
+                continue
+            raw = old_table[at : at + size]
+            i = int.from_bytes(raw[:8], "little") & mask
+            while not table.startswith(empty, i * size):
+                i = (i + 1) & mask
+            table[i * size : (i + 1) * size] = raw
+            for old, new in zip(old_columns, self._columns, strict=True):
+                new[i] = old[at // size]
+
+
+def _raw(oid: str | bytes) -> bytes:
+    if isinstance(oid, bytes):
+        return oid
+    try:
+        raw = bytes.fromhex(oid)
+    except ValueError:
+        raise ValueError(f"not an object id: {oid!r}") from None
+    if len(raw) != ID_BYTES:
+        raise ValueError(f"not an object id: {oid!r}")
+    return raw
