@@ -187,7 +187,10 @@ class DirectoryStorage(RemoteStorage):
                     if key.startswith(prefix) or prefix.startswith(key + "/"):
                         walk(key)
                 elif key.startswith(prefix):
-                    found.append((key, entry.stat(follow_symlinks=False)))
+                    try:
+                        found.append((key, entry.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue  # deleted since the scan: S3 leaves such a key out too
 
         self._require_root()
         self._guard(lambda: walk(base))
