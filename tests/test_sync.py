@@ -135,6 +135,27 @@ def test_one_new_message_costs_the_same_requests_whatever_the_length(
     assert requests == 12
 
 
+@pytest.mark.parametrize("length", [20, 400])
+def test_a_fork_with_one_new_message_sends_only_that_whatever_the_parent_length(
+    stores: tuple[Store, Store], location: RemoteLocation, length: int
+) -> None:
+    a, b = stores
+    parent = session_with(a, length)
+    do_push(a, location, f"sessions/{parent}")
+    fork = a.fork(f"{parent}~3", title="fork")
+    a.append(fork, {"role": "user", "content": "a new way"})
+    result, requests = do_push(a, location, f"sessions/{fork}")
+    assert [r.outcome for r in result.refs] == ["created"]
+    assert result.objects <= 3  # the node, its message, perhaps its state
+    # the check (7) + marker + cell + pin + the parent's cell + pack + index + swap;
+    # a directory counts its check as 6 operations and its first swap as 1, as S3
+    assert requests == (14 if location.endpoint else 13)
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    assert b.context(fork) == a.context(fork)
+    remote_is_consistent(location, b.path.parent / "check")
+
+
 def test_a_push_the_remote_moved_past_is_refused_unless_forced(
     stores: tuple[Store, Store], location: RemoteLocation, tmp_path: Path
 ) -> None:
@@ -409,6 +430,50 @@ def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
             assert storage.read_cell(f"refs/sessions/{sid}").value["target"] == a.node_id(sid)
     a.close()
     g.close()
+
+
+def test_remote_gc_between_a_fork_push_reading_its_parent_and_swapping_keeps_the_fork_point(
+    tmp_path: Path,
+) -> None:
+    """The race a fork's push has with remote gc, made certain: right after the push
+    reads the parent's cell (which still reaches the fork point), another host
+    force-pushes the parent to a history without it and remote gc runs, with every
+    pack old enough to be chosen. Without the pin, gc would sweep the fork point and
+    the fork's cell would then name nodes the remote lacks."""
+    from objstore.remote.directory import DirectoryStorage
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, b, g = (new_store(tmp_path / n, location) for n in "abg")
+    parent = session_with(a, 30, "parent")
+    do_push(a, location, f"sessions/{parent}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.rewind(parent, f"{parent}~10")  # before the fork point
+    b.append(parent, {"role": "user", "content": "the parent goes another way"})
+    fork = a.fork(f"{parent}~3", title="fork")
+    a.append(fork, {"role": "user", "content": "the fork's own message"})
+    _age(remote, 2 * 3600)
+    report = []
+
+    class Interleaved(DirectoryStorage):
+        def read_cell(self, key: str):  # type: ignore[no-untyped-def]
+            cell = super().read_cell(key)
+            if key == f"refs/sessions/{parent}" and not report:
+                do_push(b, location, f"sessions/{parent}", force=True)
+                with open_storage(location) as storage:
+                    report.append(collect_remote_garbage(g, storage, "origin", grace=600))
+            return cell
+
+    with Interleaved(remote) as storage:
+        result = push(a, storage, [f"sessions/{fork}"])
+    assert [r.outcome for r in result.refs] == ["created"] and result.objects <= 3
+    assert report and report[0].objects_dropped > 0  # gc swept what the parent dropped
+    targets = remote_is_consistent(location, tmp_path / "check")
+    assert targets[f"sessions/{fork}"] == a.node_id(fork)
+    for store in (a, b, g):
+        store.close()
 
 
 def test_what_an_importer_remembers_of_local_files_is_not_pushed(
