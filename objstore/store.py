@@ -1117,6 +1117,11 @@ class Store:
         object by object first; return how many objects were new here (FORMAT.md 5.5)."""
         return self.objects.add_pack(pack, index, name)
 
+    def add_blocks(self, blocks: list[tuple[bytes, list[tuple[str, int, int]]]]) -> int:
+        """Add block records from elsewhere, each verified by the caller (a fetch's
+        ranged reads, objstore/remote/ranged.py); return how many objects were new."""
+        return self.objects.add_blocks(blocks)
+
     def tracking_refs(self, remote: str) -> dict[str, RefRecord]:
         """The remote-tracking refs of ``remote``, by session id (FORMAT.md 6)."""
         prefix = f"remotes/{remote}/"

@@ -256,6 +256,85 @@ def test_a_fetch_where_nothing_moved_reads_no_cell(
         assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
 
 
+def _big_and_small(tmp_path: Path, location: RemoteLocation) -> tuple[Store, Store, str, str]:
+    """Store ``a`` pushes a big session and a small one to ``location`` in one pack;
+    store ``b`` already holds the big one (from another remote, ``usb``)."""
+    usb = RemoteLocation(str(tmp_path / "usb"))
+    (tmp_path / "usb").mkdir()
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    add_remote(a, "usb", usb)
+    add_remote(b, "usb", usb)
+    rng = random.Random(3)
+    big = a.new_session(title="big")
+    with a.batch():
+        for i in range(1500):
+            a.append(big, {"role": "user", "content": f"{i} {rng.randbytes(400).hex()}"})
+    small = session_with(a, 3, "small")
+    with open_storage(usb) as storage:
+        record_push(a, "usb", push(a, storage, [f"sessions/{big}"]))
+        pull(b, storage, "usb")
+    result, _ = do_push(a, location, f"sessions/{big}", f"sessions/{small}")
+    assert result.packs == 1
+    return a, b, big, small
+
+
+def test_a_fetch_of_a_few_objects_reads_only_their_blocks_of_a_big_pack(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b, big, small = _big_and_small(tmp_path, location)
+    with open_storage(location) as storage:
+        sizes = {i.key.rpartition(".")[2]: i.size for i in storage.list("packs/")}
+        stats = storage.stats
+        start = stats.bytes_received
+        fetched = fetch(b, storage, "origin")
+        received = stats.bytes_received - start
+    assert fetched.packs == 1 and fetched.objects == 3 * 2  # the small session's nodes, messages
+    # The index (read whole, as before), the cells, and the last block or two of the
+    # pack (a block is 128 KiB of objects before compression), not the whole pack.
+    assert sizes["pack"] > 1_000_000, sizes
+    assert received - sizes["idx"] < 200_000, (sizes, received)
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    assert b.context(small) == a.context(small) and b.context(big) == a.context(big)
+    code, out, _ = ags(b.path, "fsck")
+    assert code == 0 and "ok" in out
+    a.close()
+    b.close()
+
+
+def test_ranges_of_needed_blocks_merge_when_near_and_a_mostly_needed_pack_is_read_whole() -> None:
+    from objstore.remote.ranged import ranges_to_read
+
+    h = 37  # a record's head: type, id, length; a block's offset is its payload's
+    records = [8, 1000, 2000, 100_000, 101_000]  # where each block record starts
+    members = {at + h: {("0" * 64, 0, 1)} for at in records}
+    length = 1_000_000
+    block = [at + h for at in records]
+    assert ranges_to_read(length, members, {block[0], block[1]}) == [(8, 2000)]  # adjacent
+    assert ranges_to_read(length, members, {block[0], block[2]}) == [(8, 100_000)]  # 1 KB gap
+    assert ranges_to_read(length, members, {block[0], block[3]}) == [(8, 1000), (100_000, 101_000)]
+    assert ranges_to_read(190_000, members, {block[4]}) == [(101_000, 190_000)]  # to the end
+    assert ranges_to_read(length, members, {block[4]}) is None  # most of it: read whole
+
+
+def test_a_damaged_block_read_by_range_is_refused_and_moves_nothing(tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, b, _big, _small = _big_and_small(tmp_path, location)
+    a.close()
+    b.close()
+    pack = next((remote / "packs").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[-20] ^= 0xFF  # in the last block: the small session's
+    pack.chmod(0o600)
+    pack.write_bytes(bytes(data))
+    before = tree_snapshot(tmp_path / "b")
+    code, out, err = ags(tmp_path / "b", "fetch", "origin")
+    assert code == 1 and "damaged" in err and err.count("\n") == 1, err
+    assert tree_snapshot(tmp_path / "b") == before
+
+
 def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Path) -> None:
     remote = tmp_path / "remote"
     remote.mkdir()

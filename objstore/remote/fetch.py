@@ -3,8 +3,9 @@
 ``fetch`` lists the remote's ref cells, reads again only those whose etag
 moved since the remote-tracking ref last saw them (so a fetch where nothing
 moved is one LIST), and, if a head it learns is not here, fetches the packs
-it has not fetched before: each index first, then the pack if it holds an
-object this store lacks. A pack is added only after every block and object
+it has not fetched before: each index first, then, if it lists an object this
+store lacks, the blocks holding those (ranged reads, ranged.py) or the whole
+pack when most of it is needed. A pack is added only after every block and object
 in it verified and its index matched (``Store.add_pack``). The
 remote-tracking refs ``remotes/<name>/<session>`` move last, in one batch,
 and only to heads that are here, so a fetch killed midway leaves them
@@ -42,6 +43,7 @@ from .layout import (
     ref_of_cell,
 )
 from .push import PARALLEL, nodes_since
+from .ranged import fetch_pack_part
 from .storage import RemoteStorage
 
 Progress = Callable[[str, int, int], None]
@@ -110,9 +112,13 @@ def fetch_packs(
     packs = objects = 0
     for i, name in enumerate(todo):
         index = storage.get(index_key(name))
-        if not all(store.has_object(oid) for oid in index_ids(index, f"{storage.url} pack {name}")):
-            pack = storage.get(pack_key(name))
-            objects += store.add_pack(pack, index, f"{storage.url} pack {name}")
+        where = f"{storage.url} pack {name}"
+        if not all(store.has_object(oid) for oid in index_ids(index, where)):
+            part = fetch_pack_part(store, storage, name, index, where)
+            if part is None:  # most of it is needed: one GET of the whole
+                objects += store.add_pack(storage.get(pack_key(name)), index, where)
+            else:
+                objects += part[0]
             packs += 1
         done.add(name)
         if progress is not None:
