@@ -555,6 +555,67 @@ def test_remote_gc_between_a_fork_push_reading_its_parent_and_swapping_keeps_the
         store.close()
 
 
+def test_push_delete_removes_a_remote_session_fetch_forgets_it_and_gc_frees_it(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    gone, kept = session_with(a, 5, "gone"), session_with(a, 5, "kept")
+    do_push(a, location, f"sessions/{gone}", f"sessions/{kept}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.close()
+    code, out, err = ags(tmp_path / "a", "push", "--delete", "origin", gone[:8])
+    assert code == 0, err
+    assert out.startswith("deleted") and gone in out
+    with open_storage(location) as storage:
+        cell = storage.read_cell(f"refs/sessions/{gone}")
+        assert cell.value is None and cell.generation == 2  # a tombstone, by swap
+    with Store.open(tmp_path / "a") as a:
+        assert set(a.tracking_refs("origin")) == {kept}
+        assert a.session(gone).messages == 5  # the local session stays, as git's branch
+    with open_storage(location) as storage:
+        fetched = fetch(b, storage, "origin")
+        assert [(r.ref, r.outcome) for r in fetched.refs] == [(f"sessions/{gone}", "deleted")]
+        _, pulled = pull(b, storage, "origin")
+    assert [p.session for p in pulled] == [kept]  # the deleted one is not brought back
+    assert set(b.tracking_refs("origin")) == {kept}
+    b.close()
+    # Deleting what the remote does not have is refused, and changes nothing.
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "origin", gone)
+    assert code == 1 and "no such ref" in err and err.count("\n") == 1, err
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{gone}").generation == 2
+
+
+def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
+    tmp_path: Path,
+) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.append(sid, {"role": "user", "content": "b's work"})
+    do_push(b, location, f"sessions/{sid}")
+    a.close()
+    b.close()
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "origin", sid)
+    assert code == 1 and "changes you have not seen" in err, err
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value is not None
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "--force", "origin", sid)
+    assert code == 0, err
+    _age(remote, 2 * 3600)
+    code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["packs_deleted"] == 2 and report["objects_dropped"] == 4 * 2
+    assert not (remote / "packs").exists()  # every pack gone (and so its "directory")
+
+
 def test_what_an_importer_remembers_of_local_files_is_not_pushed(
     stores: tuple[Store, Store], location: RemoteLocation
 ) -> None:

@@ -54,6 +54,7 @@ from .layout import (
     pack_key,
     pin_body,
     pin_key,
+    read_marker,
 )
 from .storage import Cell, RemoteStorage
 
@@ -67,7 +68,8 @@ Progress = Callable[[str, int, int], None]
 @dataclass(frozen=True, slots=True)
 class RefPush:
     """What a push did to one ref: ``outcome`` is ``created``, ``fast-forward``,
-    ``forced``, ``up to date``, ``updated`` (metadata only) or ``rejected``."""
+    ``forced``, ``up to date``, ``updated`` (metadata only), ``deleted`` (``delete``)
+    or ``rejected``."""
 
     ref: str  # sessions/<id> or tags/<name>
     old: str | None  # the remote's target before
@@ -389,18 +391,56 @@ def push(
     return PushResult(results, len(wanted), packs)
 
 
+def delete_refs(
+    store: Store, storage: RemoteStorage, refs: list[str], *, force: bool = False
+) -> PushResult:
+    """Delete the remote refs ``refs`` (``sessions/<id>``, ``tags/<name>``): each cell is
+    swapped to a tombstone (``null``) from the version read, so a push that lands
+    meanwhile makes the delete fail rather than be lost. A ref whose remote head this
+    store does not hold (work it has never seen) is refused unless ``force``; one the
+    remote does not have is refused. Nothing is sent; remote gc sweeps what it freed."""
+    storage.check()
+    if not read_marker(storage):
+        return PushResult(
+            [RefPush(r, None, None, "rejected", "the remote has no such ref") for r in refs], 0, 0
+        )
+    cells = _read_cells(storage, refs)
+    results = []
+    for ref, cell in cells.items():
+        if not force:
+            check_cell_value(storage.url, ref, cell.value)
+        old = _target(cell)
+        if cell.value is None:
+            results.append(RefPush(ref, None, None, "rejected", "the remote has no such ref"))
+        elif old is not None and not store.has_object(old) and not force:
+            why = "the remote has changes you have not seen; ags fetch to look (or --force)"
+            results.append(RefPush(ref, old, None, "rejected", why))
+        else:
+            try:
+                done = storage.swap(cell, None)
+                results.append(RefPush(ref, old, None, "deleted", etag=done.etag))
+            except SwapFailed:
+                why = "the remote moved while deleting; ags fetch to look, then delete again"
+                results.append(RefPush(ref, old, None, "rejected", why))
+    return PushResult(results, 0, 0)
+
+
 def record_push(store: Store, remote: str, result: PushResult) -> None:
-    """Move the remote-tracking refs of the sessions pushed to what the remote now holds
-    (one batch: one sync)."""
+    """Move the remote-tracking refs of the sessions pushed to what the remote now holds,
+    and drop those of the sessions deleted there (one batch: one sync)."""
     moved = [
         r
         for r in result.refs
-        if r.outcome != "rejected" and ref_kind(r.ref) == "sessions" and isinstance(r.value, dict)
+        if ref_kind(r.ref) == "sessions"
+        and (r.outcome == "deleted" or (r.outcome != "rejected" and isinstance(r.value, dict)))
     ]
     if not moved:
         return
     with store.batch():
         for r in moved:
+            if r.outcome == "deleted":
+                store.set_tracking_ref(remote, ref_short(r.ref), None, f"push {remote} --delete")
+                continue
             # What was pushed, not the local ref now: it may have moved on meanwhile.
             body = {**r.value, "etag": r.etag}
             store.set_tracking_ref(remote, ref_short(r.ref), body, f"push {remote}")
