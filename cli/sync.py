@@ -272,7 +272,12 @@ def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
 
 def _print_pull(pulled: list[SessionPull]) -> None:
     for p in pulled:
-        click.echo(visible(f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"))
+        line = f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"
+        if p.meta:
+            line += f"  (took {', '.join(p.meta)})"
+        if p.kept:
+            line += f"  (kept yours: {', '.join(p.kept)} changed on both sides)"
+        click.echo(visible(line))
 
 
 @cli.command("pull")
@@ -282,6 +287,8 @@ def _print_pull(pulled: list[SessionPull]) -> None:
 def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     """Fetch, then fast-forward local sessions to the remote's (creating the ones
     this store lacks). A session that diverged is left as it is and named.
+    Metadata (title, archived, model) the remote changed is taken; where both
+    sides changed it since they last agreed, yours is kept and named.
 
     \b
     Examples:
@@ -303,7 +310,14 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
                 "remote": name,
                 "fetch": _fetch_json(fetched),
                 "sessions": [
-                    {"session": p.session, "old": p.old, "new": p.new, "outcome": p.outcome}
+                    {
+                        "session": p.session,
+                        "old": p.old,
+                        "new": p.new,
+                        "outcome": p.outcome,
+                        "meta": list(p.meta),
+                        "kept": list(p.kept),
+                    }
                     for p in pulled
                 ],
                 **stats,
@@ -312,6 +326,12 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     else:
         _print_pull(pulled)
     diverged = [p.session for p in pulled if p.outcome == "diverged"]
+    clashed = [f"{p.session} ({', '.join(p.kept)})" for p in pulled if p.kept]
+    if clashed and not diverged:
+        raise RefConflict(
+            f"metadata changed here and on {name} since they last agreed; yours kept for "
+            f"{', '.join(clashed[:5])} (ags push {name} sends yours)"
+        )
     if diverged:
         left = "was left as it is" if len(diverged) == 1 else "were left as they are"
         raise RefConflict(

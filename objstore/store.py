@@ -834,6 +834,20 @@ class Store:
 
             self.refs.transact(session_ref(sid), "archive", change)
 
+    def take_meta(self, session: str, reason: str, **changes: Any) -> None:
+        """Set ``title``, ``model`` or ``archived_at`` to the values another copy of the
+        session holds (a pull), exactly, under its writer lock as ``archive`` is."""
+        if set(changes) - {"title", "model", "archived_at"}:
+            raise InvalidInput(f"session metadata {sorted(changes)} cannot be taken")
+        if "title" in changes:
+            _check_title(changes["title"])
+        if changes.get("model") is not None and type(changes["model"]) is not str:
+            raise InvalidInput("model must be a string or null")
+        if changes.get("archived_at") is not None and not _is_time(changes["archived_at"]):
+            raise InvalidInput("archived_at must be a time like 2026-01-31T12:00:00.000Z")
+        with self.writing(session) as sid:
+            self._update_meta(sid, reason, **changes)
+
     def unarchive(self, session: str) -> None:
         self._update_meta(session, "unarchive", archived_at=None)
 

@@ -616,6 +616,63 @@ def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
     assert not (remote / "packs").exists()  # every pack gone (and so its "directory")
 
 
+def test_pull_brings_a_title_and_an_archive_set_on_the_remote_with_no_new_message(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.set_title(sid, "renamed")
+    a.archive(sid)
+    result, _ = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["updated"]
+    with open_storage(location) as storage:
+        fetch(b, storage, "origin")  # a fetch first, then the pull: the same outcome
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("updated", ("title", "archived_at"))]
+    assert b.session(sid).title == "renamed"
+    assert b.session(sid).archived_at == a.session(sid).archived_at
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("up to date", ())]
+    a.close()
+    b.close()
+
+
+def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_it(
+    tmp_path: Path,
+) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    location = RemoteLocation(str(remote))
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.set_title(sid, "b's title")  # only here: a pull keeps it, silently
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta, p.kept) for p in pulled] == [("up to date", (), ())]
+    a.set_title(sid, "a's title")  # and now there too
+    do_push(a, location, f"sessions/{sid}")
+    b.close()
+    code, out, err = ags(tmp_path / "b", "pull")
+    assert code == 1 and "yours kept" in err and f"{sid} (title)" in err, err
+    assert "kept yours: title changed on both sides" in out
+    with Store.open(tmp_path / "b") as b:
+        assert b.session(sid).title == "b's title"
+    code, _out, err = ags(tmp_path / "b", "push", sid)  # b settles it: its title wins
+    assert code == 0, err
+    with open_storage(location) as storage:
+        _, pulled = pull(a, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("updated", ("title",))]
+    assert a.session(sid).title == "b's title"
+    a.close()
+
+
 def test_what_an_importer_remembers_of_local_files_is_not_pushed(
     stores: tuple[Store, Store], location: RemoteLocation
 ) -> None:
