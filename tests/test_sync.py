@@ -5,10 +5,8 @@ that diverged is never overwritten without --force, what arrives is verified."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,14 @@ from s3_server import (  # noqa: F401
     s3rver_fixture,
     seaweedfs_fixture,
 )
-from test_sync_kill import remote_is_consistent
+from sync_setup import (
+    age_remote,
+    directory_remote,
+    new_store,
+    remote_is_consistent,
+    s3_remote,
+    session_with,
+)
 
 from cli.main import cli
 from objstore import Store
@@ -41,24 +46,8 @@ from objstore.remote import (
 @pytest.fixture(params=["directory", "s3"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
     if request.param == "directory":
-        (tmp_path / "remote").mkdir()
-        return RemoteLocation(str(tmp_path / "remote"))
-    server: S3Server = request.getfixturevalue("s3_env")
-    return RemoteLocation(f"s3://{server.new_bucket()}/ags", endpoint=server.endpoint)
-
-
-def new_store(path: Path, location: RemoteLocation) -> Store:
-    store = Store.open(path)
-    add_remote(store, "origin", location)
-    return store
-
-
-def session_with(store: Store, n: int, title: str = "t") -> str:
-    sid = store.new_session(title=title)
-    with store.batch():
-        for i in range(n):
-            store.append(sid, {"role": "user", "content": f"message {i} of {title}"})
-    return sid
+        return directory_remote(tmp_path)[1]
+    return s3_remote(request.getfixturevalue("s3_env"))
 
 
 def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]
@@ -259,8 +248,7 @@ def test_a_fetch_where_nothing_moved_reads_no_cell(
 def _big_and_small(tmp_path: Path, location: RemoteLocation) -> tuple[Store, Store, str, str]:
     """Store ``a`` pushes a big session and a small one to ``location`` in one pack;
     store ``b`` already holds the big one (from another remote, ``usb``)."""
-    usb = RemoteLocation(str(tmp_path / "usb"))
-    (tmp_path / "usb").mkdir()
+    _, usb = directory_remote(tmp_path, "usb")
     a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
     add_remote(a, "usb", usb)
     add_remote(b, "usb", usb)
@@ -318,9 +306,7 @@ def test_ranges_of_needed_blocks_merge_when_near_and_a_mostly_needed_pack_is_rea
 
 
 def test_a_damaged_block_read_by_range_is_refused_and_moves_nothing(tmp_path: Path) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, b, _big, _small = _big_and_small(tmp_path, location)
     a.close()
     b.close()
@@ -336,9 +322,7 @@ def test_a_damaged_block_read_by_range_is_refused_and_moves_nothing(tmp_path: Pa
 
 
 def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Path) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 30)
         do_push(a, location, f"sessions/{sid}")
@@ -376,18 +360,8 @@ def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path
     assert [p.name for p in (tmp_path / "there").iterdir()] == ["notes.txt"]
 
 
-def _age(remote: Path, seconds: float) -> None:
-    """Make every key of a directory remote look ``seconds`` old (its LastModified)."""
-    for path in remote.rglob("*"):
-        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(remote).parts):
-            then = time.time() - seconds
-            os.utime(path, (then, then))
-
-
 def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         keep, change = session_with(a, 10, "keep"), session_with(a, 10, "change")
         do_push(a, location, f"sessions/{keep}", f"sessions/{change}")  # one pack, both
@@ -396,7 +370,7 @@ def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None
         do_push(a, location, f"sessions/{change}", force=True)
         with open_storage(location) as storage:  # a push killed before its index and swap
             storage.put_new("packs/pack-" + "ab" * 32 + ".pack", b"AGSPACK\x02")
-        _age(remote, 2 * 3600)
+        age_remote(remote, 2 * 3600)
         fresh = session_with(a, 3, "fresh")
         do_push(a, location, f"sessions/{fresh}")  # younger than the grace period
     before = {p.name for p in (remote / "packs").iterdir()}
@@ -475,16 +449,14 @@ def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> No
 def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
     tmp_path: Path,
 ) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, g = new_store(tmp_path / "a", location), new_store(tmp_path / "g", location)
     sids = [session_with(a, 20, str(i)) for i in range(4)]
     do_push(a, location, *(f"sessions/{s}" for s in sids))
     rng = random.Random(7)
     swept = 0
     for round_ in range(4):
-        _age(remote, 2 * 3600)  # everything so far is old enough to be chosen
+        age_remote(remote, 2 * 3600)  # everything so far is old enough to be chosen
         stop = threading.Event()
 
         def pushes(round_: int = round_, stop: threading.Event = stop) -> None:
@@ -521,9 +493,7 @@ def test_remote_gc_between_a_fork_push_reading_its_parent_and_swapping_keeps_the
     the fork's cell would then name nodes the remote lacks."""
     from objstore.remote.directory import DirectoryStorage
 
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, b, g = (new_store(tmp_path / n, location) for n in "abg")
     parent = session_with(a, 30, "parent")
     do_push(a, location, f"sessions/{parent}")
@@ -533,7 +503,7 @@ def test_remote_gc_between_a_fork_push_reading_its_parent_and_swapping_keeps_the
     b.append(parent, {"role": "user", "content": "the parent goes another way"})
     fork = a.fork(f"{parent}~3", title="fork")
     a.append(fork, {"role": "user", "content": "the fork's own message"})
-    _age(remote, 2 * 3600)
+    age_remote(remote, 2 * 3600)
     report = []
 
     class Interleaved(DirectoryStorage):
@@ -590,9 +560,7 @@ def test_push_delete_removes_a_remote_session_fetch_forgets_it_and_gc_frees_it(
 def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
     tmp_path: Path,
 ) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
     sid = session_with(a, 3)
     do_push(a, location, f"sessions/{sid}")
@@ -608,7 +576,7 @@ def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
         assert storage.read_cell(f"refs/sessions/{sid}").value is not None
     code, _out, err = ags(tmp_path / "a", "push", "--delete", "--force", "origin", sid)
     assert code == 0, err
-    _age(remote, 2 * 3600)
+    age_remote(remote, 2 * 3600)
     code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
     assert code == 0, err
     report = json.loads(out)
@@ -644,9 +612,7 @@ def test_pull_brings_a_title_and_an_archive_set_on_the_remote_with_no_new_messag
 def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_it(
     tmp_path: Path,
 ) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
     sid = session_with(a, 3, "first title")
     do_push(a, location, f"sessions/{sid}")
@@ -689,8 +655,7 @@ def test_what_an_importer_remembers_of_local_files_is_not_pushed(
 
 
 def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 2)
         do_push(a, location, f"sessions/{sid}")
@@ -709,9 +674,8 @@ def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
 def test_push_without_names_pushes_the_session_checked_out_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "remote").mkdir()
     (tmp_path / "project").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         here, other = session_with(a, 2, "here"), session_with(a, 2, "other")
     monkeypatch.chdir(tmp_path / "project")
@@ -743,8 +707,7 @@ def test_an_empty_session_does_not_empty_the_remote_one_unless_forced(
 
 
 def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: Path) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 3)
         a.tag("v1", f"{sid}~1")
@@ -765,8 +728,7 @@ def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: P
 def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
     tmp_path: Path, value: object
 ) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 2)
         do_push(a, location, f"sessions/{sid}")
@@ -794,8 +756,7 @@ def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
 def test_a_store_that_receives_file_objects_is_marked_for_them(tmp_path: Path) -> None:
     """File objects that arrive in a pack raise the marker as a local write does
     (FORMAT.md 2): an ags of store version 2 would sweep them."""
-    location = RemoteLocation(str(tmp_path / "remote"))
-    (tmp_path / "remote").mkdir()
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = a.new_session()
         a.append(sid, {"role": "tool", "content": "wrote f"}, files={"f": (None, b"x")})
