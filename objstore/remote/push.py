@@ -177,6 +177,11 @@ def _fork_point(store: Store, rec: RefRecord, cell: Cell) -> tuple[str, str] | N
     return parent, point
 
 
+def _absent(cells: dict[str, Cell], ref: str) -> bool:
+    """Whether this push read ``ref``'s cell and found no target there."""
+    return ref in cells and _target(cells[ref]) is None
+
+
 def _held_fork_points(
     storage: RemoteStorage, store: Store, forks: dict[str, tuple[str, str]]
 ) -> dict[str, str]:
@@ -347,7 +352,9 @@ def push(
     forks = {
         ref: found
         for ref, rec in records.items()
-        if cells[ref].value != cell_value(rec) and (found := _fork_point(store, rec, cells[ref]))
+        if cells[ref].value != cell_value(rec)
+        and (found := _fork_point(store, rec, cells[ref]))
+        and not _absent(cells, f"sessions/{found[0]}")  # then sent whole, with its parent
     }
     fork_points = _held_fork_points(storage, store, forks)
     plans: list[_Plan] = []
