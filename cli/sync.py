@@ -16,7 +16,6 @@ from typing import Any
 import click
 
 from objstore import InvalidName, RefConflict, SpecError, Store
-from objstore.refs import SESSION_ID_RE, check_tag_name
 from objstore.remote import (
     BadRemote,
     FetchResult,
@@ -105,11 +104,14 @@ def _delete_refs(store: Store, name: str, specs: tuple[str, ...]) -> list[str]:
     refs = []
     for spec in specs:
         if spec.startswith("tags/"):
-            refs.append(f"tags/{check_tag_name(spec.removeprefix('tags/'))}")
-        elif SESSION_ID_RE.fullmatch(spec.removeprefix("sessions/")):
+            refs.append(spec)  # delete_refs refuses what is no tag name
+            continue
+        try:
+            refs.append(
+                f"sessions/{_tracked(store, name, spec.removeprefix('sessions/'), tracking)}"
+            )
+        except SpecError:  # not here nor tracked: a whole id names it on the remote
             refs.append(f"sessions/{spec.removeprefix('sessions/')}")
-        else:
-            refs.append(f"sessions/{_tracked(store, name, spec, tracking)}")
     return list(dict.fromkeys(refs))
 
 

@@ -220,3 +220,23 @@ def test_summaries_count_in_the_singular_for_one(store: Path, tmp_path: Path) ->
     code, out, err = ags(store, "push", "usb", sid)
     assert code == 0, err
     assert " in 1 pack, " in out and "1 packs" not in out
+
+
+def test_push_delete_takes_tags_and_refuses_what_names_nothing(
+    store: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "usb").mkdir()
+    assert ags(store, "remote", "add", "usb", str(tmp_path / "usb"))[0] == 0
+    with Store.open(store) as s:
+        sid = s.new_session(title="one")
+        s.append(sid, {"role": "user", "content": "hi"})
+        s.tag("v1", sid)
+    assert ags(store, "push", "usb", sid, "tags/v1")[0] == 0
+    refused(store, "push", "--delete", "usb", "nosuch", message="names no session or tag")
+    refused(store, "push", "--delete", "usb", "tags/a b", message="names no session or tag")
+    code, out, err = ags(store, "push", "--delete", "usb", "tags/v1")
+    assert code == 0 and out.startswith("deleted") and "tags/v1" in out, err
+    cell = json.loads((tmp_path / "usb" / "refs" / "tags" / "v1").read_bytes())
+    assert cell == {"generation": 2, "value": None}
+    code, _out, err = ags(store, "push", "--delete", "usb", "tags/v1")
+    assert code == 1 and "no such ref" in err

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import CorruptObject, RefConflict
+from ..errors import CorruptObject, InvalidName, RefConflict
 from ..nodes import SPAN_EVERY, Node, parse_node
 from ..objects import ID_RE
 from ..packs import encode_block_pack
@@ -55,6 +55,7 @@ from .layout import (
     pin_body,
     pin_key,
     read_marker,
+    ref_of_cell,
 )
 from .storage import Cell, RemoteStorage
 
@@ -406,6 +407,9 @@ def delete_refs(
     meanwhile makes the delete fail rather than be lost. A ref whose remote head this
     store does not hold (work it has never seen) is refused unless ``force``; one the
     remote does not have is refused. Nothing is sent; remote gc sweeps what it freed."""
+    for ref in refs:
+        if ref_of_cell(cell_key(ref)) != ref:
+            raise InvalidName(f"{ref} names no session or tag (sessions/<id>, tags/<name>)")
     storage.check()
     if not read_marker(storage):
         return PushResult(
