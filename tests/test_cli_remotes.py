@@ -222,9 +222,7 @@ def test_summaries_count_in_the_singular_for_one(store: Path, tmp_path: Path) ->
     assert " in 1 pack, " in out and "1 packs" not in out
 
 
-def test_push_delete_takes_tags_and_refuses_what_names_nothing(
-    store: Path, tmp_path: Path
-) -> None:
+def test_push_delete_takes_tags_and_refuses_what_names_nothing(store: Path, tmp_path: Path) -> None:
     (tmp_path / "usb").mkdir()
     assert ags(store, "remote", "add", "usb", str(tmp_path / "usb"))[0] == 0
     with Store.open(store) as s:
