@@ -24,6 +24,8 @@ from .jsonl_store import JsonlStore
 from .measure import timed
 from .report import Row
 
+FORK_PARENT = 1000  # messages of the session the bench forks
+
 
 def _copy_files(files: list[Path], source: Path, dest: Path) -> tuple[int, int]:
     """Copy files as a file sync would, one PUT each: (requests, bytes)."""
@@ -71,6 +73,20 @@ def sync_rows(
         with open_storage(location) as storage:
             one_s, _ = timed(lambda: push(store, storage, refs[:1]))
             one_stats = (storage.stats.requests, storage.stats.bytes_sent)
+        # A fork of a long session the remote has, with one new message of its own.
+        long_messages = conversation.take(FORK_PARENT)
+        with store.batch():
+            long = store.new_session(title="long")
+            for message in long_messages:
+                store.append(long, message)
+            store.release(long)
+        with open_storage(location) as storage:
+            record_push(store, "origin", push(store, storage, [f"sessions/{long}"]))
+        fork = store.fork(f"{long}~2", title="fork")
+        store.append(fork, {"role": "user", "content": "try it another way"})
+        with open_storage(location) as storage:
+            fork_s, _ = timed(lambda: push(store, storage, [f"sessions/{fork}"]))
+            fork_stats = (storage.stats.requests, storage.stats.bytes_sent)
     clone_path = base / "clone"
     with Store.open(clone_path) as clone, open_storage(location) as storage:
         add_remote(clone, "origin", location)
@@ -91,6 +107,13 @@ def sync_rows(
     changed = [JsonlStore(jsonl_path).path(jids[0])]
     jone_s, jone = timed(lambda: _copy_files(changed, jsonl_path, copied))
     jclone_s, _ = timed(lambda: _copy_files(files, jsonl_path, base / "jsonl-clone"))
+    with JsonlStore(jsonl_path) as jsonl:
+        jlong = jsonl.new_session(title="long")
+        jsonl.append_many(jlong, long_messages)
+        jfork = jsonl.fork(jlong, FORK_PARENT - 2)
+        jsonl.append(jfork, {"role": "user", "content": "try it another way"})
+    forked = [JsonlStore(jsonl_path).path(jfork)]
+    jfork_s, jfork_stats = timed(lambda: _copy_files(forked, jsonl_path, copied))
 
     what = f"{sessions:,} sessions / {total:,} messages"
     rows = [
@@ -105,12 +128,20 @@ def sync_rows(
         Row("push_one_requests", "  requests sent", "req", one_stats[0], jone[0],
             "<= 12 requests", one_stats[0] <= 12),
         Row("push_one_bytes", "  bytes sent", "B", one_stats[1], jone[1], "report only", None),
+        Row("push_fork", f"push of a fork with 1 new message of a {FORK_PARENT:,}-message "
+            "session", "s", fork_s, jfork_s, "report only", None),
+        Row("push_fork_requests", "  requests sent", "req", fork_stats[0], jfork_stats[0],
+            "<= 14 requests", fork_stats[0] <= 14),
+        Row("push_fork_bytes", "  bytes sent", "B", fork_stats[1], jfork_stats[1],
+            "report only", None),
     ]  # fmt: skip
     note = (
         f"remotes: {what} pushed to an empty {'S3' if location.is_s3 else 'directory'} "
         "remote, cloned back, then one "
-        "message appended and pushed; ags counts what RemoteStorage sends (its requests "
-        "include the 7 of the conditional-write check before every push); JSONL copies "
+        "message appended and pushed, then a fork (at ~2) of a pushed "
+        f"{FORK_PARENT:,}-message session with one message of its own; ags counts what "
+        "RemoteStorage sends (its requests include the 7 of the conditional-write check "
+        "before every push); JSONL copies "
         "each file as a file sync does (one PUT per file, the whole file when it changed)"
     )
     return rows, note

@@ -116,6 +116,11 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 pack``, ``2 packs``, ``1,000 objects``: a count and its noun, plural unless one."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def short(oid: str | None, n: int = 12) -> str:
     return oid[:n] if oid else "-"
 

@@ -7,6 +7,7 @@ progress on stderr when it is a terminal).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from objstore.remote import (
     SessionPull,
     TransferStats,
     add_remote,
+    delete_refs,
     fetch,
     open_storage,
     parse_location,
@@ -33,7 +35,7 @@ from objstore.remote import (
 )
 
 from .app import cli, open_store
-from .output import emit_json, short, visible
+from .output import counted, emit_json, short, visible
 
 
 def _pick_remote(store: Store, name: str | None) -> str:
@@ -93,19 +95,83 @@ def _push_refs(store: Store, specs: tuple[str, ...], everything: bool) -> list[s
     return list(dict.fromkeys(refs))
 
 
+def _delete_refs(store: Store, name: str, specs: tuple[str, ...]) -> list[str]:
+    """The remote refs to delete: ``tags/NAME``, or a session by its id or a prefix of
+    one this store tracks on ``name`` or holds (it need not be here)."""
+    if not specs:
+        raise BadRemote("name the sessions or tags to delete on the remote")
+    tracking = store.tracking_refs(name)
+    refs = []
+    for spec in specs:
+        if spec.startswith("tags/"):
+            refs.append(spec)  # delete_refs refuses what is no tag name
+            continue
+        try:
+            refs.append(
+                f"sessions/{_tracked(store, name, spec.removeprefix('sessions/'), tracking)}"
+            )
+        except SpecError:  # not here nor tracked: a whole id names it on the remote
+            refs.append(f"sessions/{spec.removeprefix('sessions/')}")
+    return list(dict.fromkeys(refs))
+
+
+def _named_remote(
+    store: Store, args: tuple[str, ...], everything: bool
+) -> tuple[str, tuple[str, ...]]:
+    """The remote a push or pull names (first argument) or defaults to, and the rest.
+    A first argument that names no remote while others follow it, or with --all, was
+    meant as one: said so, with the remotes there are."""
+    known = remotes(store)
+    if args and args[0] in known:
+        return args[0], args[1:]
+    if args and (everything or len(args) > 1) and not _names_a_ref(store, args[0], known):
+        names = ", ".join(sorted(known)) or "none (ags remote add NAME URL)"
+        raise BadRemote(f"no remote named {args[0]}; remotes: {names}")
+    return _pick_remote(store, None), args
+
+
+def _names_a_ref(store: Store, spec: str, known: dict[str, Any]) -> bool:
+    """Whether ``spec`` names a session or tag here, or a session a remote has."""
+    try:
+        store.session_id(spec)
+        return True
+    except (SpecError, InvalidName):
+        pass
+    with contextlib.suppress(InvalidName):
+        if store.read_ref(f"tags/{spec.removeprefix('tags/')}") is not None:
+            return True
+    return any(
+        sid.startswith(spec.removeprefix("sessions/"))
+        for name in known
+        for sid in store.tracking_refs(name)
+    )
+
+
 @cli.command("push")
 @click.argument("args", nargs=-1, metavar="[REMOTE] [SESSION|TAG ...]")
 @click.option("--all", "everything", is_flag=True, help="Push every session and tag.")
 @click.option("--force", is_flag=True, help="Overwrite a remote ref that is not an ancestor.")
+@click.option(
+    "--delete", "deleting", is_flag=True, help="Delete the named sessions or tags on the remote."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def push_cmd(
-    ctx: click.Context, args: tuple[str, ...], everything: bool, force: bool, as_json: bool
+    ctx: click.Context,
+    args: tuple[str, ...],
+    everything: bool,
+    force: bool,
+    deleting: bool,
+    as_json: bool,
 ) -> None:
     """Send sessions (and tags) to a remote: only the objects it lacks, as packs,
     then each ref by compare-and-swap. A ref the remote moved past yours is
     refused (ags pull first) unless --force. Without sessions, pushes the one
     HEAD names here; REMOTE defaults to origin (or the only remote).
+
+    With --delete, deletes the named sessions or tags on the remote instead (a
+    session's remote head must be one this store has seen, unless --force);
+    local sessions are not touched, and ags gc --remote frees their objects.
 
     \b
     Examples:
@@ -113,17 +179,20 @@ def push_cmd(
       ags push origin 3f2a tags/v1
       ags push usb --all
       ags push origin 3f2a --force
+      ags push --delete origin 3f2a
     """
     store = open_store(ctx)
-    known = remotes(store)
-    name = args[0] if args and args[0] in known else None
-    specs = args[1:] if name is not None else args
-    name = _pick_remote(store, name)
+    name, specs = _named_remote(store, args, everything)
     if everything and specs:
         raise BadRemote("--all pushes everything: name no sessions with it")
-    refs = _push_refs(store, specs, everything)
+    if deleting and everything:
+        raise BadRemote("--delete deletes the refs named: not with --all")
+    refs = _delete_refs(store, name, specs) if deleting else _push_refs(store, specs, everything)
     with open_storage(remote(store, name)) as storage:
-        result = push(store, storage, refs, force=force, progress=_progress(not as_json))
+        if deleting:
+            result = delete_refs(store, storage, refs, force=force)
+        else:
+            result = push(store, storage, refs, force=force, progress=_progress(not as_json))
         record_push(store, name, result)
         stats = _stats(storage.stats)
     _print_push(name, result, stats, as_json)
@@ -153,8 +222,9 @@ def _print_push(name: str, result: PushResult, stats: dict[str, int], as_json: b
         why = f" ({r.why})" if r.why else ""
         click.echo(visible(f"{r.outcome:<12} {r.ref}  {short(r.old)} -> {short(r.new)}{why}"))
     click.echo(
-        f"pushed to {name}: {result.objects:,} objects in {result.packs} packs, "
-        f"{stats['requests']:,} requests, {stats['bytes_sent']:,} bytes sent"
+        f"pushed to {name}: {counted(result.objects, 'object')} in "
+        f"{counted(result.packs, 'pack')}, {counted(stats['requests'], 'request')}, "
+        f"{counted(stats['bytes_sent'], 'byte')} sent"
     )
 
 
@@ -171,7 +241,10 @@ def _fetch_json(result: FetchResult) -> dict[str, Any]:
 def _print_fetch(name: str, result: FetchResult) -> None:
     for r in result.refs:
         click.echo(visible(f"{r.outcome:<12} {r.ref}  {short(r.old)} -> {short(r.new)}"))
-    click.echo(f"fetched from {name}: {result.objects:,} new objects in {result.packs} packs")
+    click.echo(
+        f"fetched from {name}: {counted(result.objects, 'new object')} in "
+        f"{counted(result.packs, 'pack')}"
+    )
 
 
 @cli.command("fetch")
@@ -201,7 +274,12 @@ def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
 
 def _print_pull(pulled: list[SessionPull]) -> None:
     for p in pulled:
-        click.echo(visible(f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"))
+        line = f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"
+        if p.meta:
+            line += f"  (took {', '.join(p.meta)})"
+        if p.kept:
+            line += f"  (kept yours: {', '.join(p.kept)} changed on both sides)"
+        click.echo(visible(line))
 
 
 @cli.command("pull")
@@ -211,6 +289,8 @@ def _print_pull(pulled: list[SessionPull]) -> None:
 def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     """Fetch, then fast-forward local sessions to the remote's (creating the ones
     this store lacks). A session that diverged is left as it is and named.
+    Metadata (title, archived, model) the remote changed is taken; where both
+    sides changed it since they last agreed, yours is kept and named.
 
     \b
     Examples:
@@ -218,10 +298,7 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
       ags pull origin 3f2a
     """
     store = open_store(ctx)
-    known = remotes(store)
-    name = args[0] if args and args[0] in known else None
-    specs = args[1:] if name is not None else args
-    name = _pick_remote(store, name)
+    name, specs = _named_remote(store, args, False)
     with open_storage(remote(store, name)) as storage:
         sessions = None
         if specs:
@@ -235,7 +312,14 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
                 "remote": name,
                 "fetch": _fetch_json(fetched),
                 "sessions": [
-                    {"session": p.session, "old": p.old, "new": p.new, "outcome": p.outcome}
+                    {
+                        "session": p.session,
+                        "old": p.old,
+                        "new": p.new,
+                        "outcome": p.outcome,
+                        "meta": list(p.meta),
+                        "kept": list(p.kept),
+                    }
                     for p in pulled
                 ],
                 **stats,
@@ -244,9 +328,16 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
     else:
         _print_pull(pulled)
     diverged = [p.session for p in pulled if p.outcome == "diverged"]
-    if diverged:
+    clashed = [f"{p.session} ({', '.join(p.kept)})" for p in pulled if p.kept]
+    if clashed and not diverged:
         raise RefConflict(
-            f"{len(diverged)} sessions diverged from {name} and were left as they are: "
+            f"metadata changed here and on {name} since they last agreed; yours kept for "
+            f"{', '.join(clashed[:5])} (ags push {name} sends yours)"
+        )
+    if diverged:
+        left = "was left as it is" if len(diverged) == 1 else "were left as they are"
+        raise RefConflict(
+            f"{counted(len(diverged), 'session')} diverged from {name} and {left}: "
             f"{', '.join(diverged[:5])} (ags fork remotes/{name}/ID keeps both)"
         )
 
@@ -308,7 +399,7 @@ def clone_cmd(
     else:
         click.echo(
             visible(
-                f"cloned {location.url} into {where}: {len(pulled):,} sessions, "
-                f"{fetched.objects:,} objects"
+                f"cloned {location.url} into {where}: {counted(len(pulled), 'session')}, "
+                f"{counted(fetched.objects, 'object')}"
             )
         )

@@ -544,7 +544,12 @@ class ObjectStore:
         the same records, so it holds the same bytes, and sealed (5.5). Returns how
         many objects it holds that this store did not have; a pack adding nothing
         is not written."""
-        blocks = verified_block_pack(pack, index, name)
+        return self.add_blocks(verified_block_pack(pack, index, name))
+
+    def add_blocks(self, blocks: list[tuple[bytes, list[tuple[str, int, int]]]]) -> int:
+        """Write block records verified by the caller (``verified_block_pack``, or a
+        fetch's ranged reads) as the same records into a new sealed pack; return how
+        many objects they hold that this store did not have (none: nothing written)."""
         new = {oid for _rec, members in blocks for oid, _i, _n in members if not self.has(oid)}
         if not new:
             return 0

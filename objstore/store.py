@@ -834,6 +834,20 @@ class Store:
 
             self.refs.transact(session_ref(sid), "archive", change)
 
+    def take_meta(self, session: str, reason: str, **changes: Any) -> None:
+        """Set ``title``, ``model`` or ``archived_at`` to the values another copy of the
+        session holds (a pull), exactly, under its writer lock as ``archive`` is."""
+        if set(changes) - {"title", "model", "archived_at"}:
+            raise InvalidInput(f"session metadata {sorted(changes)} cannot be taken")
+        if "title" in changes:
+            _check_title(changes["title"])
+        if changes.get("model") is not None and type(changes["model"]) is not str:
+            raise InvalidInput("model must be a string or null")
+        if changes.get("archived_at") is not None and not _is_time(changes["archived_at"]):
+            raise InvalidInput("archived_at must be a time like 2026-01-31T12:00:00.000Z")
+        with self.writing(session) as sid:
+            self._update_meta(sid, reason, **changes)
+
     def unarchive(self, session: str) -> None:
         self._update_meta(session, "unarchive", archived_at=None)
 
@@ -1121,6 +1135,11 @@ class Store:
         """Add a whole block pack and its index from elsewhere (a remote's), verified
         object by object first; return how many objects were new here (FORMAT.md 5.5)."""
         return self.objects.add_pack(pack, index, name)
+
+    def add_blocks(self, blocks: list[tuple[bytes, list[tuple[str, int, int]]]]) -> int:
+        """Add block records from elsewhere, each verified by the caller (a fetch's
+        ranged reads, objstore/remote/ranged.py); return how many objects were new."""
+        return self.objects.add_blocks(blocks)
 
     def tracking_refs(self, remote: str) -> dict[str, RefRecord]:
         """The remote-tracking refs of ``remote``, by session id (FORMAT.md 6)."""

@@ -41,6 +41,9 @@ ROWS = {
     "push_one",
     "push_one_requests",
     "push_one_bytes",
+    "push_fork",
+    "push_fork_requests",
+    "push_fork_bytes",
 }
 
 

@@ -186,3 +186,55 @@ def test_every_remote_subcommand_has_an_example() -> None:
     for name in group.commands:  # type: ignore[attr-defined]
         result = CliRunner().invoke(cli, ["remote", name, "--help"])
         assert result.exit_code == 0 and "Example" in result.output, name
+
+
+def test_a_push_or_pull_naming_no_remote_says_so_and_lists_the_remotes(
+    store: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "usb").mkdir()
+    (tmp_path / "disk").mkdir()
+    for name in ("usb", "disk"):
+        assert ags(store, "remote", "add", name, str(tmp_path / name), "--no-check")[0] == 0
+    with Store.open(store) as s:
+        sid = s.new_session(title="one")
+        s.append(sid, {"role": "user", "content": "hi"})
+    message = "no remote named nosuch; remotes: disk, usb"
+    refused(store, "push", "nosuch", "--all", message=message)
+    refused(store, "push", "nosuch", sid, message=message)
+    refused(store, "pull", "nosuch", sid, message=message)
+    refused(store, "push", "--delete", "nosuch", sid, message=message)
+    # a session named first is no remote name: the default remote is asked for
+    refused(store, "push", sid, sid, message="name the remote: disk, usb")
+
+
+def test_summaries_count_in_the_singular_for_one(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "usb").mkdir()
+    assert ags(store, "remote", "add", "usb", str(tmp_path / "usb"))[0] == 0
+    with Store.open(store) as s:
+        sid = s.new_session(title="one")
+    code, out, err = ags(store, "push", "usb", sid)  # an empty session: no object to send
+    assert code == 0, err
+    assert "0 objects in 0 packs," in out
+    with Store.open(store) as s:
+        s.append(sid, {"role": "user", "content": "hi"})
+    code, out, err = ags(store, "push", "usb", sid)
+    assert code == 0, err
+    assert " in 1 pack, " in out and "1 packs" not in out
+
+
+def test_push_delete_takes_tags_and_refuses_what_names_nothing(store: Path, tmp_path: Path) -> None:
+    (tmp_path / "usb").mkdir()
+    assert ags(store, "remote", "add", "usb", str(tmp_path / "usb"))[0] == 0
+    with Store.open(store) as s:
+        sid = s.new_session(title="one")
+        s.append(sid, {"role": "user", "content": "hi"})
+        s.tag("v1", sid)
+    assert ags(store, "push", "usb", sid, "tags/v1")[0] == 0
+    refused(store, "push", "--delete", "usb", "nosuch", message="names no session or tag")
+    refused(store, "push", "--delete", "usb", "tags/a b", message="names no session or tag")
+    code, out, err = ags(store, "push", "--delete", "usb", "tags/v1")
+    assert code == 0 and out.startswith("deleted") and "tags/v1" in out, err
+    cell = json.loads((tmp_path / "usb" / "refs" / "tags" / "v1").read_bytes())
+    assert cell == {"generation": 2, "value": None}
+    code, _out, err = ags(store, "push", "--delete", "usb", "tags/v1")
+    assert code == 1 and "no such ref" in err

@@ -49,7 +49,7 @@ REMOTE_PUBLIC = {
     "DamagedRemoteKey", "KeyMissing", "NoCredentials", "RemoteUnreachable", "SwapFailed",
     "TransferStats",
     # the sync: push, fetch, pull, remote gc, and what they report
-    "push", "record_push", "PushResult", "RefPush",
+    "push", "record_push", "delete_refs", "PushResult", "RefPush",
     "fetch", "pull", "FetchResult", "RefFetch", "SessionPull",
     "collect_remote_garbage", "RemoteGcReport",
 }  # fmt: skip

@@ -5,10 +5,8 @@ that diverged is never overwritten without --force, what arrives is verified."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,14 @@ from s3_server import (  # noqa: F401
     s3rver_fixture,
     seaweedfs_fixture,
 )
-from test_sync_kill import remote_is_consistent
+from sync_setup import (
+    age_remote,
+    directory_remote,
+    new_store,
+    remote_is_consistent,
+    s3_remote,
+    session_with,
+)
 
 from cli.main import cli
 from objstore import Store
@@ -41,24 +46,8 @@ from objstore.remote import (
 @pytest.fixture(params=["directory", "s3"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
     if request.param == "directory":
-        (tmp_path / "remote").mkdir()
-        return RemoteLocation(str(tmp_path / "remote"))
-    server: S3Server = request.getfixturevalue("s3_env")
-    return RemoteLocation(f"s3://{server.new_bucket()}/ags", endpoint=server.endpoint)
-
-
-def new_store(path: Path, location: RemoteLocation) -> Store:
-    store = Store.open(path)
-    add_remote(store, "origin", location)
-    return store
-
-
-def session_with(store: Store, n: int, title: str = "t") -> str:
-    sid = store.new_session(title=title)
-    with store.batch():
-        for i in range(n):
-            store.append(sid, {"role": "user", "content": f"message {i} of {title}"})
-    return sid
+        return directory_remote(tmp_path)[1]
+    return s3_remote(request.getfixturevalue("s3_env"))
 
 
 def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]
@@ -133,6 +122,27 @@ def test_one_new_message_costs_the_same_requests_whatever_the_length(
     assert result.packs == 1
     # the check (7) + marker + cell + pack + index + swap
     assert requests == 12
+
+
+@pytest.mark.parametrize("length", [20, 400])
+def test_a_fork_with_one_new_message_sends_only_that_whatever_the_parent_length(
+    stores: tuple[Store, Store], location: RemoteLocation, length: int
+) -> None:
+    a, b = stores
+    parent = session_with(a, length)
+    do_push(a, location, f"sessions/{parent}")
+    fork = a.fork(f"{parent}~3", title="fork")
+    a.append(fork, {"role": "user", "content": "a new way"})
+    result, requests = do_push(a, location, f"sessions/{fork}")
+    assert [r.outcome for r in result.refs] == ["created"]
+    assert result.objects <= 3  # the node, its message, perhaps its state
+    # the check (7) + marker + cell + pin + the parent's cell + pack + index + swap;
+    # a directory counts its check as 6 operations and its first swap as 1, as S3
+    assert requests == (14 if location.endpoint else 13)
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    assert b.context(fork) == a.context(fork)
+    remote_is_consistent(location, b.path.parent / "check")
 
 
 def test_a_push_the_remote_moved_past_is_refused_unless_forced(
@@ -235,10 +245,84 @@ def test_a_fetch_where_nothing_moved_reads_no_cell(
         assert storage.stats.requests == (2 if location.is_s3 else 2 + len(sids))
 
 
+def _big_and_small(tmp_path: Path, location: RemoteLocation) -> tuple[Store, Store, str, str]:
+    """Store ``a`` pushes a big session and a small one to ``location`` in one pack;
+    store ``b`` already holds the big one (from another remote, ``usb``)."""
+    _, usb = directory_remote(tmp_path, "usb")
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    add_remote(a, "usb", usb)
+    add_remote(b, "usb", usb)
+    rng = random.Random(3)
+    big = a.new_session(title="big")
+    with a.batch():
+        for i in range(1500):
+            a.append(big, {"role": "user", "content": f"{i} {rng.randbytes(400).hex()}"})
+    small = session_with(a, 3, "small")
+    with open_storage(usb) as storage:
+        record_push(a, "usb", push(a, storage, [f"sessions/{big}"]))
+        pull(b, storage, "usb")
+    result, _ = do_push(a, location, f"sessions/{big}", f"sessions/{small}")
+    assert result.packs == 1
+    return a, b, big, small
+
+
+def test_a_fetch_of_a_few_objects_reads_only_their_blocks_of_a_big_pack(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b, big, small = _big_and_small(tmp_path, location)
+    with open_storage(location) as storage:
+        sizes = {i.key.rpartition(".")[2]: i.size for i in storage.list("packs/")}
+        stats = storage.stats
+        start = stats.bytes_received
+        fetched = fetch(b, storage, "origin")
+        received = stats.bytes_received - start
+    assert fetched.packs == 1 and fetched.objects == 3 * 2  # the small session's nodes, messages
+    # The index (read whole, as before), the cells, and the last block or two of the
+    # pack (a block is 128 KiB of objects before compression), not the whole pack.
+    assert sizes["pack"] > 1_000_000, sizes
+    assert received - sizes["idx"] < 200_000, (sizes, received)
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    assert b.context(small) == a.context(small) and b.context(big) == a.context(big)
+    code, out, _ = ags(b.path, "fsck")
+    assert code == 0 and "ok" in out
+    a.close()
+    b.close()
+
+
+def test_ranges_of_needed_blocks_merge_when_near_and_a_mostly_needed_pack_is_read_whole() -> None:
+    from objstore.remote.ranged import ranges_to_read
+
+    h = 37  # a record's head: type, id, length; a block's offset is its payload's
+    records = [8, 1000, 2000, 100_000, 101_000]  # where each block record starts
+    members = {at + h: {("0" * 64, 0, 1)} for at in records}
+    length = 1_000_000
+    block = [at + h for at in records]
+    assert ranges_to_read(length, members, {block[0], block[1]}) == [(8, 2000)]  # adjacent
+    assert ranges_to_read(length, members, {block[0], block[2]}) == [(8, 100_000)]  # 1 KB gap
+    assert ranges_to_read(length, members, {block[0], block[3]}) == [(8, 1000), (100_000, 101_000)]
+    assert ranges_to_read(190_000, members, {block[4]}) == [(101_000, 190_000)]  # to the end
+    assert ranges_to_read(length, members, {block[4]}) is None  # most of it: read whole
+
+
+def test_a_damaged_block_read_by_range_is_refused_and_moves_nothing(tmp_path: Path) -> None:
+    remote, location = directory_remote(tmp_path)
+    a, b, _big, _small = _big_and_small(tmp_path, location)
+    a.close()
+    b.close()
+    pack = next((remote / "packs").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[-20] ^= 0xFF  # in the last block: the small session's
+    pack.chmod(0o600)
+    pack.write_bytes(bytes(data))
+    before = tree_snapshot(tmp_path / "b")
+    code, out, err = ags(tmp_path / "b", "fetch", "origin")
+    assert code == 1 and "damaged" in err and err.count("\n") == 1, err
+    assert tree_snapshot(tmp_path / "b") == before
+
+
 def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Path) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 30)
         do_push(a, location, f"sessions/{sid}")
@@ -276,18 +360,8 @@ def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path
     assert [p.name for p in (tmp_path / "there").iterdir()] == ["notes.txt"]
 
 
-def _age(remote: Path, seconds: float) -> None:
-    """Make every key of a directory remote look ``seconds`` old (its LastModified)."""
-    for path in remote.rglob("*"):
-        if path.is_file() and not any(p.startswith(".") for p in path.relative_to(remote).parts):
-            then = time.time() - seconds
-            os.utime(path, (then, then))
-
-
 def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         keep, change = session_with(a, 10, "keep"), session_with(a, 10, "change")
         do_push(a, location, f"sessions/{keep}", f"sessions/{change}")  # one pack, both
@@ -296,7 +370,7 @@ def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None
         do_push(a, location, f"sessions/{change}", force=True)
         with open_storage(location) as storage:  # a push killed before its index and swap
             storage.put_new("packs/pack-" + "ab" * 32 + ".pack", b"AGSPACK\x02")
-        _age(remote, 2 * 3600)
+        age_remote(remote, 2 * 3600)
         fresh = session_with(a, 3, "fresh")
         do_push(a, location, f"sessions/{fresh}")  # younger than the grace period
     before = {p.name for p in (remote / "packs").iterdir()}
@@ -375,16 +449,14 @@ def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> No
 def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
     tmp_path: Path,
 ) -> None:
-    remote = tmp_path / "remote"
-    remote.mkdir()
-    location = RemoteLocation(str(remote))
+    remote, location = directory_remote(tmp_path)
     a, g = new_store(tmp_path / "a", location), new_store(tmp_path / "g", location)
     sids = [session_with(a, 20, str(i)) for i in range(4)]
     do_push(a, location, *(f"sessions/{s}" for s in sids))
     rng = random.Random(7)
     swept = 0
     for round_ in range(4):
-        _age(remote, 2 * 3600)  # everything so far is old enough to be chosen
+        age_remote(remote, 2 * 3600)  # everything so far is old enough to be chosen
         stop = threading.Event()
 
         def pushes(round_: int = round_, stop: threading.Event = stop) -> None:
@@ -411,6 +483,162 @@ def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
     g.close()
 
 
+def test_remote_gc_between_a_fork_push_reading_its_parent_and_swapping_keeps_the_fork_point(
+    tmp_path: Path,
+) -> None:
+    """The race a fork's push has with remote gc, made certain: right after the push
+    reads the parent's cell (which still reaches the fork point), another host
+    force-pushes the parent to a history without it and remote gc runs, with every
+    pack old enough to be chosen. Without the pin, gc would sweep the fork point and
+    the fork's cell would then name nodes the remote lacks."""
+    from objstore.remote.directory import DirectoryStorage
+
+    remote, location = directory_remote(tmp_path)
+    a, b, g = (new_store(tmp_path / n, location) for n in "abg")
+    parent = session_with(a, 30, "parent")
+    do_push(a, location, f"sessions/{parent}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.rewind(parent, f"{parent}~10")  # before the fork point
+    b.append(parent, {"role": "user", "content": "the parent goes another way"})
+    fork = a.fork(f"{parent}~3", title="fork")
+    a.append(fork, {"role": "user", "content": "the fork's own message"})
+    age_remote(remote, 2 * 3600)
+    report = []
+
+    class Interleaved(DirectoryStorage):
+        def read_cell(self, key: str):  # type: ignore[no-untyped-def]
+            cell = super().read_cell(key)
+            if key == f"refs/sessions/{parent}" and not report:
+                do_push(b, location, f"sessions/{parent}", force=True)
+                with open_storage(location) as storage:
+                    report.append(collect_remote_garbage(g, storage, "origin", grace=600))
+            return cell
+
+    with Interleaved(remote) as storage:
+        result = push(a, storage, [f"sessions/{fork}"])
+    assert [r.outcome for r in result.refs] == ["created"] and result.objects <= 3
+    assert report and report[0].objects_dropped > 0  # gc swept what the parent dropped
+    targets = remote_is_consistent(location, tmp_path / "check")
+    assert targets[f"sessions/{fork}"] == a.node_id(fork)
+    for store in (a, b, g):
+        store.close()
+
+
+def test_push_delete_removes_a_remote_session_fetch_forgets_it_and_gc_frees_it(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    gone, kept = session_with(a, 5, "gone"), session_with(a, 5, "kept")
+    do_push(a, location, f"sessions/{gone}", f"sessions/{kept}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.close()
+    code, out, err = ags(tmp_path / "a", "push", "--delete", "origin", gone[:8])
+    assert code == 0, err
+    assert out.startswith("deleted") and gone in out
+    with open_storage(location) as storage:
+        cell = storage.read_cell(f"refs/sessions/{gone}")
+        assert cell.value is None and cell.generation == 2  # a tombstone, by swap
+    with Store.open(tmp_path / "a") as a:
+        assert set(a.tracking_refs("origin")) == {kept}
+        assert a.session(gone).messages == 5  # the local session stays, as git's branch
+    with open_storage(location) as storage:
+        fetched = fetch(b, storage, "origin")
+        assert [(r.ref, r.outcome) for r in fetched.refs] == [(f"sessions/{gone}", "deleted")]
+        _, pulled = pull(b, storage, "origin")
+    assert [p.session for p in pulled] == [kept]  # the deleted one is not brought back
+    assert set(b.tracking_refs("origin")) == {kept}
+    b.close()
+    # Deleting what the remote does not have is refused, and changes nothing.
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "origin", gone)
+    assert code == 1 and "no such ref" in err and err.count("\n") == 1, err
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{gone}").generation == 2
+
+
+def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
+    tmp_path: Path,
+) -> None:
+    remote, location = directory_remote(tmp_path)
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.append(sid, {"role": "user", "content": "b's work"})
+    do_push(b, location, f"sessions/{sid}")
+    a.close()
+    b.close()
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "origin", sid)
+    assert code == 1 and "changes you have not seen" in err, err
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value is not None
+    code, _out, err = ags(tmp_path / "a", "push", "--delete", "--force", "origin", sid)
+    assert code == 0, err
+    age_remote(remote, 2 * 3600)
+    code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["packs_deleted"] == 2 and report["objects_dropped"] == 4 * 2
+    assert not (remote / "packs").exists()  # every pack gone (and so its "directory")
+
+
+def test_pull_brings_a_title_and_an_archive_set_on_the_remote_with_no_new_message(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.set_title(sid, "renamed")
+    a.archive(sid)
+    result, _ = do_push(a, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["updated"]
+    with open_storage(location) as storage:
+        fetch(b, storage, "origin")  # a fetch first, then the pull: the same outcome
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("updated", ("title", "archived_at"))]
+    assert b.session(sid).title == "renamed"
+    assert b.session(sid).archived_at == a.session(sid).archived_at
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("up to date", ())]
+    a.close()
+    b.close()
+
+
+def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_it(
+    tmp_path: Path,
+) -> None:
+    remote, location = directory_remote(tmp_path)
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    b.set_title(sid, "b's title")  # only here: a pull keeps it, silently
+    with open_storage(location) as storage:
+        _, pulled = pull(b, storage, "origin")
+    assert [(p.outcome, p.meta, p.kept) for p in pulled] == [("up to date", (), ())]
+    a.set_title(sid, "a's title")  # and now there too
+    do_push(a, location, f"sessions/{sid}")
+    b.close()
+    code, out, err = ags(tmp_path / "b", "pull")
+    assert code == 1 and "yours kept" in err and f"{sid} (title)" in err, err
+    assert "kept yours: title changed on both sides" in out
+    with Store.open(tmp_path / "b") as b:
+        assert b.session(sid).title == "b's title"
+    code, _out, err = ags(tmp_path / "b", "push", sid)  # b settles it: its title wins
+    assert code == 0, err
+    with open_storage(location) as storage:
+        _, pulled = pull(a, storage, "origin")
+    assert [(p.outcome, p.meta) for p in pulled] == [("updated", ("title",))]
+    assert a.session(sid).title == "b's title"
+    a.close()
+
+
 def test_what_an_importer_remembers_of_local_files_is_not_pushed(
     stores: tuple[Store, Store], location: RemoteLocation
 ) -> None:
@@ -427,8 +655,7 @@ def test_what_an_importer_remembers_of_local_files_is_not_pushed(
 
 
 def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 2)
         do_push(a, location, f"sessions/{sid}")
@@ -447,9 +674,8 @@ def test_removing_a_remote_forgets_its_tracking_refs(tmp_path: Path) -> None:
 def test_push_without_names_pushes_the_session_checked_out_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "remote").mkdir()
     (tmp_path / "project").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         here, other = session_with(a, 2, "here"), session_with(a, 2, "other")
     monkeypatch.chdir(tmp_path / "project")
@@ -481,8 +707,7 @@ def test_an_empty_session_does_not_empty_the_remote_one_unless_forced(
 
 
 def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: Path) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 3)
         a.tag("v1", f"{sid}~1")
@@ -503,8 +728,7 @@ def test_push_names_tags_and_sessions_and_refuses_what_names_neither(tmp_path: P
 def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
     tmp_path: Path, value: object
 ) -> None:
-    (tmp_path / "remote").mkdir()
-    location = RemoteLocation(str(tmp_path / "remote"))
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = session_with(a, 2)
         do_push(a, location, f"sessions/{sid}")
@@ -532,8 +756,7 @@ def test_a_ref_cell_ags_did_not_write_is_refused_by_fetch_push_and_gc(
 def test_a_store_that_receives_file_objects_is_marked_for_them(tmp_path: Path) -> None:
     """File objects that arrive in a pack raise the marker as a local write does
     (FORMAT.md 2): an ags of store version 2 would sweep them."""
-    location = RemoteLocation(str(tmp_path / "remote"))
-    (tmp_path / "remote").mkdir()
+    _, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
         sid = a.new_session()
         a.append(sid, {"role": "tool", "content": "wrote f"}, files={"f": (None, b"x")})

@@ -13,12 +13,10 @@ import time
 from pathlib import Path
 
 from s3_server import S3Server, aws_env_fixture, s3_env_fixture, seaweedfs_fixture  # noqa: F401
+from sync_setup import new_store, remote_is_consistent, s3_remote, sessions_with
 
 from objstore import Store
 from objstore.reach import reachable
-from objstore.remote import RemoteLocation, add_remote, open_storage
-from objstore.remote.fetch import index_ids
-from objstore.remote.layout import PACK_KEY_RE, ref_of_cell
 
 SESSIONS = 60
 MESSAGES = 60
@@ -44,47 +42,12 @@ def killed_at_random(store: Path, *args: str, seed: int) -> bool:
     return not finished
 
 
-def remote_is_consistent(location: RemoteLocation, scratch: Path) -> dict[str, str]:
-    """Every ref cell's target reaches only objects some remote pack indexes (read
-    with a throwaway store that fetches every pack). Returns ref -> target."""
-    targets: dict[str, str] = {}
-    with open_storage(location) as storage:
-        on_remote: set[str] = set()
-        for info in storage.list("packs/"):
-            m = PACK_KEY_RE.fullmatch(info.key)
-            if m and m.group(2) == "idx":
-                on_remote.update(index_ids(storage.get(info.key), info.key))
-                # a pack without its index is an orphan: nothing may rely on it
-        for info in storage.list("refs/"):
-            ref = ref_of_cell(info.key)
-            value = storage.read_cell(info.key).value
-            if ref and isinstance(value, dict) and value.get("target"):
-                targets[ref] = value["target"]
-        with Store.open(scratch) as reader:
-            for info in storage.list("packs/"):
-                m = PACK_KEY_RE.fullmatch(info.key)
-                if m and m.group(2) == "idx":
-                    name = m.group(1)
-                    reader.add_pack(
-                        storage.get(f"packs/pack-{name}.pack"), storage.get(info.key), name
-                    )
-            for ref, target in targets.items():
-                reached = reachable([target], reader.node, skip_missing=False)
-                assert reached <= on_remote, f"{ref} reaches objects the remote lacks"
-    return targets
-
-
 def test_a_push_killed_anywhere_leaves_the_remote_consistent(
     tmp_path: Path, s3_env: S3Server
 ) -> None:
-    location = RemoteLocation(f"s3://{s3_env.new_bucket()}/ags", endpoint=s3_env.endpoint)
-    with Store.open(tmp_path / "a") as a:
-        add_remote(a, "origin", location)
-        with a.batch():
-            for s in range(SESSIONS):
-                sid = a.new_session(title=f"s{s}")
-                for i in range(MESSAGES):
-                    a.append(sid, {"role": "user", "content": f"{s}/{i} " + "x" * 200})
+    location = s3_remote(s3_env)
+    with new_store(tmp_path / "a", location) as a:
+        sessions_with(a, SESSIONS, MESSAGES, " " + "x" * 200)
     died = 0
     for round_ in range(4):
         if killed_at_random(tmp_path / "a", "push", "--all", seed=round_):
@@ -105,17 +68,11 @@ def test_a_push_killed_anywhere_leaves_the_remote_consistent(
 def test_a_pull_killed_anywhere_leaves_the_store_consistent(
     tmp_path: Path, s3_env: S3Server
 ) -> None:
-    location = RemoteLocation(f"s3://{s3_env.new_bucket()}/ags", endpoint=s3_env.endpoint)
-    with Store.open(tmp_path / "a") as a:
-        add_remote(a, "origin", location)
-        with a.batch():
-            for s in range(SESSIONS):
-                sid = a.new_session(title=f"s{s}")
-                for i in range(MESSAGES):
-                    a.append(sid, {"role": "user", "content": f"{s}/{i} " + "y" * 200})
+    location = s3_remote(s3_env)
+    with new_store(tmp_path / "a", location) as a:
+        sessions_with(a, SESSIONS, MESSAGES, " " + "y" * 200)
     assert run_ags(tmp_path / "a", "push", "--all").wait(300) == 0
-    with Store.open(tmp_path / "b") as b:
-        add_remote(b, "origin", location)
+    new_store(tmp_path / "b", location).close()
     for round_ in range(3):
         killed_at_random(tmp_path / "b", "pull", seed=100 + round_)
         with Store.open(tmp_path / "b") as b:

@@ -31,7 +31,7 @@ from .errors import (
 )
 from .fetch import FetchResult, RefFetch, SessionPull, fetch, pull
 from .location import RemoteLocation, check_remote_name, open_storage, parse_location
-from .push import PushResult, RefPush, push, record_push
+from .push import PushResult, RefPush, delete_refs, push, record_push
 from .remote_gc import RemoteGcReport, collect_remote_garbage
 from .storage import Cell, ObjectInfo, RemoteStorage, TransferStats
 
@@ -44,6 +44,7 @@ __all__ = [
     "SessionPull",
     "TransferStats",
     "collect_remote_garbage",
+    "delete_refs",
     "fetch",
     "pull",
     "push",

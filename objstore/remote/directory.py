@@ -36,7 +36,7 @@ from typing import Final, TypeVar
 
 import blake3
 
-from ..files import FileLock, make_dir, read_file, replace, write_new
+from ..files import FileLock, make_dir, open_fd, read_file, replace, write_new
 from .errors import BucketMissing, RemoteError, SwapFailed
 from .storage import ObjectInfo, RemoteStorage, TransferStats
 
@@ -146,6 +146,23 @@ class DirectoryStorage(RemoteStorage):
             return None
         return data, content_etag(data)
 
+    def _read_range(self, key: str, start: int, end: int) -> bytes | None:
+        def read() -> bytes | None:
+            try:
+                fd = open_fd(self._path(key), os.O_RDONLY)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None
+            try:
+                return os.pread(fd, end - start, start)
+            finally:
+                os.close(fd)
+
+        data = self._guard(read)
+        self.stats.add(requests=1, received=len(data or b""))
+        if data is None:
+            self._require_root()
+        return data
+
     def _put_if_absent(self, key: str, data: bytes) -> str | None:
         with self._locked(key):
             if self._guard(lambda: os.path.lexists(self._path(key))):
@@ -187,7 +204,10 @@ class DirectoryStorage(RemoteStorage):
                     if key.startswith(prefix) or prefix.startswith(key + "/"):
                         walk(key)
                 elif key.startswith(prefix):
-                    found.append((key, entry.stat(follow_symlinks=False)))
+                    try:
+                        found.append((key, entry.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue  # deleted since the scan: S3 leaves such a key out too
 
         self._require_root()
         self._guard(lambda: walk(base))

@@ -3,8 +3,9 @@
 ``fetch`` lists the remote's ref cells, reads again only those whose etag
 moved since the remote-tracking ref last saw them (so a fetch where nothing
 moved is one LIST), and, if a head it learns is not here, fetches the packs
-it has not fetched before: each index first, then the pack if it holds an
-object this store lacks. A pack is added only after every block and object
+it has not fetched before: each index first, then, if it lists an object this
+store lacks, the blocks holding those (ranged reads, ranged.py) or the whole
+pack when most of it is needed. A pack is added only after every block and object
 in it verified and its index matched (``Store.add_pack``). The
 remote-tracking refs ``remotes/<name>/<session>`` move last, in one batch,
 and only to heads that are here, so a fetch killed midway leaves them
@@ -28,8 +29,8 @@ from .. import canonical
 from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
-from ..refs import RefRecord, ref_kind, ref_short, session_ref
-from ..store import Store
+from ..refs import RefRecord, ref_kind, ref_short, session_ref, tracking_ref
+from ..store import Store, session_info
 from .errors import DamagedRemoteKey
 from .layout import (
     PACK_KEY_RE,
@@ -42,6 +43,7 @@ from .layout import (
     ref_of_cell,
 )
 from .push import PARALLEL, nodes_since
+from .ranged import fetch_pack_part
 from .storage import RemoteStorage
 
 Progress = Callable[[str, int, int], None]
@@ -110,9 +112,13 @@ def fetch_packs(
     packs = objects = 0
     for i, name in enumerate(todo):
         index = storage.get(index_key(name))
-        if not all(store.has_object(oid) for oid in index_ids(index, f"{storage.url} pack {name}")):
-            pack = storage.get(pack_key(name))
-            objects += store.add_pack(pack, index, f"{storage.url} pack {name}")
+        where = f"{storage.url} pack {name}"
+        if not all(store.has_object(oid) for oid in index_ids(index, where)):
+            part = fetch_pack_part(store, storage, name, index, where)
+            if part is None:  # most of it is needed: one GET of the whole
+                objects += store.add_pack(storage.get(pack_key(name)), index, where)
+            else:
+                objects += part[0]
             packs += 1
         done.add(name)
         if progress is not None:
@@ -201,12 +207,23 @@ def _fetch_tag(store: Store, ref: str, head: str | None, result: FetchResult) ->
         result.refs.append(RefFetch(ref, local.target, head, "tag differs"))
 
 
+SYNCED_META: Final = ("title", "archived_at", "model")
+"""The metadata a pull brings: what a person sets on a session (``ags title``,
+``archive``) and its model. ``created``, ``root`` and ``forked_from`` are set once;
+``updated`` and ``messages`` follow the history."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionPull:
     session: str
     old: str | None
     new: str | None
-    outcome: str  # "created", "fast-forward", "up to date", "ahead", "diverged", "busy"
+    # "created", "fast-forward", "up to date", "updated" (metadata only), "ahead",
+    # "diverged", "busy"
+    outcome: str
+    meta: tuple[str, ...] = ()  # the metadata taken from the remote
+    # metadata changed on both sides since they last agreed: the local values kept
+    kept: tuple[str, ...] = ()
 
 
 def pull(
@@ -231,21 +248,69 @@ def pull(
 
 
 def _pull_one(store: Store, remote: str, sid: str, rec: RefRecord) -> SessionPull:
-    """Move one local session to its remote-tracking ref ``rec`` if that is safe."""
+    """Move one local session to its remote-tracking ref ``rec`` if that is safe, then
+    bring the metadata the remote changed (``_meta_changes``)."""
     head = rec.target
     local = store.read_ref(session_ref(sid))
     old = local.target if local is not None else None
-    if local is not None and old == head:
-        return SessionPull(sid, old, head, "up to date")
-    if old is not None and head is not None and nodes_since(store, old, head) is not None:
-        return SessionPull(sid, old, head, "ahead")
     meta = rec.body.get("meta")
-    try:
-        outcome = store.fast_forward(
-            sid, head, meta if isinstance(meta, dict) else {}, f"pull {remote}"
-        )
-    except SessionBusy:  # a writer holds it: left for the next pull
-        return SessionPull(sid, old, head, "busy")
-    except RefConflict:
-        return SessionPull(sid, old, head, "diverged")
-    return SessionPull(sid, old, head, outcome)
+    meta = meta if isinstance(meta, dict) else {}
+    if local is not None and old == head:
+        outcome = "up to date"
+    elif old is not None and head is not None and nodes_since(store, old, head) is not None:
+        outcome = "ahead"
+    else:
+        try:
+            outcome = store.fast_forward(sid, head, meta, f"pull {remote}")
+        except SessionBusy:  # a writer holds it: left for the next pull
+            return SessionPull(sid, old, head, "busy")
+        except RefConflict:
+            return SessionPull(sid, old, head, "diverged")
+        if outcome == "created":
+            return SessionPull(sid, old, head, outcome)
+    taken, kept = _meta_changes(store, remote, sid, meta)
+    if taken:
+        try:
+            store.take_meta(sid, f"pull {remote}", **taken)
+        except SessionBusy:
+            return SessionPull(sid, old, head, "busy")
+        if outcome == "up to date":
+            outcome = "updated"
+    return SessionPull(sid, old, head, outcome, tuple(taken), kept)
+
+
+def _meta_changes(
+    store: Store, remote: str, sid: str, theirs: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Which of the remote's ``SYNCED_META`` values to take, and which local ones to
+    keep because both sides changed since they last agreed.
+
+    Metadata has no history to merge from, so the reflogs tell who changed what
+    since the last sync (a pull into the session, a push from it): a local
+    metadata-only update after it is a local change; a fetch that moved the
+    tracking ref after it is a remote one. Only the remote changed: its values are
+    taken (a fast-forward). Only the local one: kept (a push sends them). Both:
+    kept, and named (as git names a conflict), until a push or a change makes
+    them agree."""
+    rec = store.read_ref(session_ref(sid))
+    mine = session_info(rec) if rec is not None else None
+    differ = [k for k in SYNCED_META if mine is not None and getattr(mine, k) != theirs.get(k)]
+    if not differ:
+        return {}, ()
+    pulled = f"pull {remote}"
+    local = store.reflog_entries(session_ref(sid))
+    tracking = store.reflog_entries(tracking_ref(remote, sid))
+    synced = max(
+        [e.time for e in local if e.reason == pulled]
+        + [e.time for e in tracking if e.reason == f"push {remote}"],
+        default="",
+    )
+    # Reflog times are in milliseconds: a tie counts as a local change, so that one
+    # is never overwritten unseen.
+    mine_changed = any(e.time >= synced and e.old == e.new and e.reason != pulled for e in local)
+    theirs_changed = any(e.time > synced and e.reason == f"fetch {remote}" for e in tracking)
+    if mine_changed and theirs_changed:
+        return {}, tuple(differ)
+    if mine_changed:
+        return {}, ()
+    return {k: theirs.get(k) for k in differ}, ()

@@ -7,6 +7,7 @@ packs/pack-<64 hex>.idx       their indexes, written after the pack
 refs/sessions/<session id>    cells: {"target": <head node>, "meta": {...}}, or null (deleted)
 refs/tags/<name>              cells: {"target": <node>}
 locks/gc                      the remote gc lease (a cell)
+pins/pin-<64 hex>             {"nodes": [...]}: fork points a push relies on, for remote gc
 probe/<random>                scratch keys of the connect-time check and of remote gc
 ```
 
@@ -35,7 +36,9 @@ REFS: Final = "refs/"
 SESSION_CELLS: Final = "refs/sessions/"
 TAG_CELLS: Final = "refs/tags/"
 GC_LEASE: Final = "locks/gc"
+PINS: Final = "pins/"
 PACK_KEY_RE: Final = re.compile(r"packs/pack-([0-9a-f]{64})\.(pack|idx)")
+PIN_KEY_RE: Final = re.compile(r"pins/pin-[0-9a-f]{64}")
 
 
 def new_pack_name() -> str:
@@ -52,6 +55,29 @@ def pack_key(name: str) -> str:
 
 def index_key(name: str) -> str:
     return f"{PACKS}pack-{name}.idx"
+
+
+def pin_key() -> str:
+    """A new pin's key: random, so that every push's pin is a new key."""
+    return f"{PINS}pin-{secrets.token_hex(32)}"
+
+
+def pin_body(nodes: list[str]) -> bytes:
+    return canonical.dumps({"nodes": nodes}) + b"\n"
+
+
+def pin_nodes(url: str, key: str, data: bytes) -> list[str]:
+    """The nodes a pin names, or DamagedRemoteKey: what a pin protects is unknown
+    otherwise, and remote gc must not guess."""
+    try:
+        nodes = canonical.loads(data).get("nodes")
+    except (ValueError, AttributeError):
+        nodes = None
+    if not isinstance(nodes, list) or not all(
+        isinstance(n, str) and ID_RE.fullmatch(n) for n in nodes
+    ):
+        raise DamagedRemoteKey(f"{url}: {key} is not a pin ags wrote")
+    return nodes
 
 
 def cell_key(ref: str) -> str:

@@ -15,7 +15,12 @@ nodes at and before ``R`` (a span's messages and an unchanged state are
 those); so one new message costs O(1) objects whatever the session's length.
 Links come from ``reach.node_links``, the one list of what a node names.
 A ref the remote does not have yet, or a forced one, gets everything its
-target reaches (objects shared with another ref of the same push go once).
+target reaches (objects shared with another ref of the same push go once),
+except a **fork**: a new session forked from one the remote has sends only
+what follows its fork point, relying on the parent's cell reaching that point.
+Relying on another ref is made safe beside remote gc by a *pin*
+(``pins/<random>``, naming the fork points) written before that cell is read:
+gc marks what young pins name after it has read every ref (REMOTES.md 4).
 
 **Compare-and-swap**: each cell is swapped from the version read before the
 objects were sent. A lost swap means someone pushed meanwhile; if what they
@@ -31,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import CorruptObject, RefConflict
+from ..errors import CorruptObject, InvalidName, RefConflict
 from ..nodes import SPAN_EVERY, Node, parse_node
 from ..objects import ID_RE
 from ..packs import encode_block_pack
@@ -40,7 +45,18 @@ from ..refs import RefRecord, ref_kind, ref_short
 from ..store import Store
 from ..walk import walk
 from .errors import SwapFailed
-from .layout import cell_key, check_cell_value, ensure_marker, index_key, new_pack_name, pack_key
+from .layout import (
+    cell_key,
+    check_cell_value,
+    ensure_marker,
+    index_key,
+    new_pack_name,
+    pack_key,
+    pin_body,
+    pin_key,
+    read_marker,
+    ref_of_cell,
+)
 from .storage import Cell, RemoteStorage
 
 PACK_CONTENT_BYTES: Final = 256 * 1024 * 1024
@@ -53,7 +69,8 @@ Progress = Callable[[str, int, int], None]
 @dataclass(frozen=True, slots=True)
 class RefPush:
     """What a push did to one ref: ``outcome`` is ``created``, ``fast-forward``,
-    ``forced``, ``up to date``, ``updated`` (metadata only) or ``rejected``."""
+    ``forced``, ``up to date``, ``updated`` (metadata only), ``deleted`` (``delete``)
+    or ``rejected``."""
 
     ref: str  # sessions/<id> or tags/<name>
     old: str | None  # the remote's target before
@@ -144,8 +161,56 @@ def _read_cells(storage: RemoteStorage, refs: list[str]) -> dict[str, Cell]:
         return dict(zip(refs, cells, strict=True))
 
 
+def _fork_point(store: Store, rec: RefRecord, cell: Cell) -> tuple[str, str] | None:
+    """(parent session, fork point) of a session the remote lacks that was forked from
+    a node its own history still descends from; None for anything else."""
+    if _target(cell) is not None or ref_kind(rec.name) != "sessions" or rec.target is None:
+        return None
+    meta = rec.body.get("meta")
+    origin = meta.get("forked_from") if isinstance(meta, dict) else None
+    if not isinstance(origin, dict):
+        return None
+    parent, point = origin.get("session"), origin.get("node")
+    if not isinstance(parent, str) or not isinstance(point, str) or not ID_RE.fullmatch(point):
+        return None
+    if parent == ref_short(rec.name) or nodes_since(store, rec.target, point) is None:
+        return None
+    return parent, point
+
+
+def _absent(cells: dict[str, Cell], ref: str) -> bool:
+    """Whether this push read ``ref``'s cell and found no target there."""
+    return ref in cells and _target(cells[ref]) is None
+
+
+def _held_fork_points(
+    storage: RemoteStorage, store: Store, forks: dict[str, tuple[str, str]]
+) -> dict[str, str]:
+    """Of ``forks`` (ref -> (parent session, fork point)), the refs whose fork point the
+    remote holds now, and that point: one pin naming them all is written first, then
+    the parents' cells are read (after it: the order remote gc's argument needs)."""
+    if not forks:
+        return {}
+    points = sorted({point for _parent, point in forks.values()})
+    storage.put_new(pin_key(), pin_body(points))
+    parents = sorted({f"sessions/{parent}" for parent, _point in forks.values()})
+    cells = _read_cells(storage, parents)
+    held = {}
+    for ref, (parent, point) in forks.items():
+        now = _target(cells[f"sessions/{parent}"])
+        # What the parent's cell reaches is on the remote (FORMAT.md 16.4's invariant).
+        if now is not None and store.has_object(now) and nodes_since(store, now, point) is not None:
+            held[ref] = point
+    return held
+
+
 def _plan(
-    store: Store, reader: _Reader, rec: RefRecord, cell: Cell, force: bool
+    store: Store,
+    reader: _Reader,
+    rec: RefRecord,
+    cell: Cell,
+    force: bool,
+    fork_point: str | None = None,
 ) -> tuple[_Plan, Iterable[str]]:
     """What to do with one ref, and the objects it needs sent."""
     value, old, head = cell_value(rec), _target(cell), rec.target
@@ -163,6 +228,10 @@ def _plan(
     if old is not None and since is not None:
         plan = _Plan(rec.name, rec, cell, "fast-forward", frozenset([old, *since]))
         return plan, _new_objects(store, since, old)
+    if old is None and fork_point is not None:
+        since = nodes_since(store, head, fork_point) or []
+        plan = _Plan(rec.name, rec, cell, "created", frozenset([fork_point, *since]))
+        return plan, _new_objects(store, since, fork_point)
     if old is None or force:
         closure = reachable([head], reader.node)
         outcome = "created" if old is None else "forced"
@@ -281,11 +350,19 @@ def push(
     if not force:  # a cell some other program wrote is not overwritten unasked
         for ref, cell in cells.items():
             check_cell_value(storage.url, ref, cell.value)
+    forks = {
+        ref: found
+        for ref, rec in records.items()
+        if cells[ref].value != cell_value(rec)
+        and (found := _fork_point(store, rec, cells[ref]))
+        and not _absent(cells, f"sessions/{found[0]}")  # then sent whole, with its parent
+    }
+    fork_points = _held_fork_points(storage, store, forks)
     plans: list[_Plan] = []
     wanted: dict[str, None] = {}  # ordered: a session's objects together
     reader = _Reader(store)
     for ref, rec in records.items():
-        plan, oids = _plan(store, reader, rec, cells[ref], force)
+        plan, oids = _plan(store, reader, rec, cells[ref], force, fork_points.get(ref))
         plans.append(plan)
         for oid in oids:
             wanted.setdefault(oid)
@@ -322,18 +399,59 @@ def push(
     return PushResult(results, len(wanted), packs)
 
 
+def delete_refs(
+    store: Store, storage: RemoteStorage, refs: list[str], *, force: bool = False
+) -> PushResult:
+    """Delete the remote refs ``refs`` (``sessions/<id>``, ``tags/<name>``): each cell is
+    swapped to a tombstone (``null``) from the version read, so a push that lands
+    meanwhile makes the delete fail rather than be lost. A ref whose remote head this
+    store does not hold (work it has never seen) is refused unless ``force``; one the
+    remote does not have is refused. Nothing is sent; remote gc sweeps what it freed."""
+    for ref in refs:
+        if ref_of_cell(cell_key(ref)) != ref:
+            raise InvalidName(f"{ref} names no session or tag (sessions/<id>, tags/<name>)")
+    storage.check()
+    if not read_marker(storage):
+        return PushResult(
+            [RefPush(r, None, None, "rejected", "the remote has no such ref") for r in refs], 0, 0
+        )
+    cells = _read_cells(storage, refs)
+    results = []
+    for ref, cell in cells.items():
+        if not force:
+            check_cell_value(storage.url, ref, cell.value)
+        old = _target(cell)
+        if cell.value is None:
+            results.append(RefPush(ref, None, None, "rejected", "the remote has no such ref"))
+        elif old is not None and not store.has_object(old) and not force:
+            why = "the remote has changes you have not seen; ags fetch to look (or --force)"
+            results.append(RefPush(ref, old, None, "rejected", why))
+        else:
+            try:
+                done = storage.swap(cell, None)
+                results.append(RefPush(ref, old, None, "deleted", etag=done.etag))
+            except SwapFailed:
+                why = "the remote moved while deleting; ags fetch to look, then delete again"
+                results.append(RefPush(ref, old, None, "rejected", why))
+    return PushResult(results, 0, 0)
+
+
 def record_push(store: Store, remote: str, result: PushResult) -> None:
-    """Move the remote-tracking refs of the sessions pushed to what the remote now holds
-    (one batch: one sync)."""
+    """Move the remote-tracking refs of the sessions pushed to what the remote now holds,
+    and drop those of the sessions deleted there (one batch: one sync)."""
     moved = [
         r
         for r in result.refs
-        if r.outcome != "rejected" and ref_kind(r.ref) == "sessions" and isinstance(r.value, dict)
+        if ref_kind(r.ref) == "sessions"
+        and (r.outcome == "deleted" or (r.outcome != "rejected" and isinstance(r.value, dict)))
     ]
     if not moved:
         return
     with store.batch():
         for r in moved:
+            if r.outcome == "deleted":
+                store.set_tracking_ref(remote, ref_short(r.ref), None, f"push {remote} --delete")
+                continue
             # What was pushed, not the local ref now: it may have moved on meanwhile.
             body = {**r.value, "etag": r.etag}
             store.set_tracking_ref(remote, ref_short(r.ref), body, f"push {remote}")

@@ -9,7 +9,9 @@ but the server's matters:
 3. **choose**, before reading any ref: every pack (and ``probe/`` key, and
    index whose pack is gone) older than the grace period;
 4. **mark**: fetch (the store running gc gets every object the refs reach),
-   then read every ref cell and mark what its target reaches (``reach``);
+   then read every ref cell and mark what its target reaches (``reach``),
+   then, after every cell, read the pins younger than the grace period and
+   mark what their nodes reach (a fork's push relies on them: push.py);
 5. **sweep**: a chosen pack with no marked object is deleted, its index
    first (a pack without an index is an orphan to everyone); one with some is
    sent again as a new pack of those objects, then deleted.
@@ -20,7 +22,10 @@ delete everywhere, so deleting one could drop a ref a push just wrote.
 Beside a concurrent push: its new packs are younger than the grace period
 (their names are new, layout.new_pack_name), so never chosen; what it relies
 on beyond them is reached by the ref version it swaps against, and that
-swap fails if the ref moved after gc read it.
+swap fails if the ref moved after gc read it; or, for a fork, by its parent's
+cell, read after the push wrote its pin: a gc that read that cell before it
+moved marked the fork point, and one that lists pins after the pin was
+written marks it from there (REMOTES.md 6 has the whole argument).
 """
 
 from __future__ import annotations
@@ -36,16 +41,19 @@ from ..errors import InvalidInput, ObjectMissing, RefConflict
 from ..object_store import MIN_GRACE
 from ..reach import reachable
 from ..store import Store
-from .errors import SwapFailed
+from .errors import KeyMissing, SwapFailed
 from .fetch import fetch, fetch_packs, index_ids
 from .layout import (
     GC_LEASE,
     PACK_KEY_RE,
     PACKS,
+    PIN_KEY_RE,
+    PINS,
     REFS,
     check_cell_value,
     index_key,
     pack_key,
+    pin_nodes,
     read_marker,
     ref_of_cell,
 )
@@ -123,6 +131,21 @@ def collect_remote_garbage(
         _release_lease(storage, holder)
 
 
+def _pinned(store: Store, storage: RemoteStorage, remote: str, cutoff: datetime) -> set[str]:
+    """What the pins younger than the grace period reach, read after every ref cell.
+    A pinned node the remote does not hold (swept before the pin was written) is
+    skipped: the push that wrote the pin then finds its parent no longer reaching
+    it and sends the fork's whole history."""
+    nodes: set[str] = set()
+    for info in storage.list(PINS):
+        if PIN_KEY_RE.fullmatch(info.key) and info.modified >= cutoff:
+            with suppress(KeyMissing):  # deleted by hand since the listing: it pins nothing
+                nodes.update(pin_nodes(storage.url, info.key, storage.get(info.key)))
+    if any(not store.has_object(n) for n in nodes):
+        fetch_packs(store, storage, remote, None)
+    return reachable([n for n in nodes if store.has_object(n)], store.node)
+
+
 def _collect(
     store: Store, storage: RemoteStorage, remote: str, grace: float, dry_run: bool
 ) -> RemoteGcReport:
@@ -147,6 +170,7 @@ def _collect(
         for key in ([pack_key(name)] if "pack" in parts else [index_key(name)])
     ]
     stray += [i.key for i in storage.list(PROBE_PREFIX) if i.modified < cutoff]
+    stray += [i.key for i in storage.list(PINS) if i.modified < cutoff]
     # Mark: bring every object the refs reach here, then read the refs (after choosing),
     # fetching again what a ref that moved meanwhile names.
     fetch(store, storage, remote)
@@ -170,6 +194,7 @@ def _collect(
             raise RefConflict(
                 f"{key} reaches {e}, which the remote does not hold; gc stopped"
             ) from None
+    marked |= _pinned(store, storage, remote, cutoff)
     deleted = rewritten = dropped = 0
     for name in chosen:
         ids = index_ids(storage.get(index_key(name)), f"{storage.url} pack {name}")

@@ -210,6 +210,22 @@ class S3Storage(RemoteStorage):
         except Exception as e:
             self._fail(e, f"reading {key}")
 
+    def _read_range(self, key: str, start: int, end: int) -> bytes | None:
+        try:
+            reply = self._client.get_object(
+                Bucket=self.bucket, Key=self.prefix + key, Range=f"bytes={start}-{end - 1}"
+            )
+            with reply["Body"] as body:
+                data: bytes = body.read()
+            self.stats.add(received=len(data))
+            return data
+        except bce.ClientError as e:
+            if _code(e) == "NoSuchKey":
+                return None
+            self._fail(e, f"reading bytes {start}-{end - 1} of {key}")
+        except Exception as e:
+            self._fail(e, f"reading bytes {start}-{end - 1} of {key}")
+
     def _put_if_absent(self, key: str, data: bytes) -> str | None:
         for attempt in range(IN_FLIGHT_RETRIES + 1):
             try:

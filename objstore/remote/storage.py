@@ -7,8 +7,9 @@ operations, all of them on ``RemoteStorage``:
 * ``put_new(key, data)``: write a key only if it is absent (S3
   ``If-None-Match: *``). Packs and indexes are named by their content and
   written once, so "already there" is success, not an error.
-* ``get(key)``, ``head(key)`` (size, etag, LastModified: the object's age, which
-  remote gc's grace rule reads), ``list(prefix)`` (paged), ``delete(*keys)``.
+* ``get(key)``, ``get_range(key, start, end)`` (a part of a pack: S3 ``Range``),
+  ``head(key)`` (size, etag, LastModified: the object's age, which remote gc's
+  grace rule reads), ``list(prefix)`` (paged), ``delete(*keys)``.
 * ``read_cell(key)`` / ``swap(cell, value)``: a small key changed only by
   compare-and-swap, for refs. The swap is conditional on the version read
   (S3 ``If-Match: <etag>``, or ``If-None-Match: *`` for a key not yet
@@ -159,6 +160,11 @@ class RemoteStorage(ABC):
         """(content, etag), or None if the key is absent."""
 
     @abstractmethod
+    def _read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``start`` to ``end`` (exclusive) of ``key``, fewer where it is shorter,
+        or None if the key is absent (S3: a GET with ``Range``)."""
+
+    @abstractmethod
     def _put_if_absent(self, key: str, data: bytes) -> str | None:
         """Write ``key`` unless it exists: its new etag, or None if it existed."""
 
@@ -205,6 +211,16 @@ class RemoteStorage(ABC):
         if found is None:
             raise KeyMissing(self.url, key)
         return found[0]
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive) of ``key``: one request, whatever the
+        key's size. The caller checks it got ``end - start`` bytes."""
+        if type(start) is not int or type(end) is not int or not 0 <= start < end:
+            raise BadRemote(f"bad byte range {start}-{end} of {key}")
+        found = self._read_range(check_key(key), start, end)
+        if found is None:
+            raise KeyMissing(self.url, key)
+        return found
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """The keys starting with ``prefix``, each once, fetched a page at a time, in
