@@ -803,18 +803,19 @@ class OpenPack:
     def _scan_blocks(self, end: int) -> None:
         """A block pack whose index cannot be used (or not yet written): each object
         is found by reading its block, until the next open writes the index."""
-        data = os.pread(self._fd, end - self._scanned, self._scanned)
+        base = self._scanned  # where ``data`` starts; ``_scanned`` moves on below
+        data = os.pread(self._fd, end - base, base)
         types = (TYPE_OBJECT, TYPE_BLOCK)
-        for record in iter_records(data, self._scanned, types):
+        for record in iter_records(data, base, types):
             off, length = record.location
+            self._scanned = off + length
             if record.type == TYPE_OBJECT:
                 self.index[record.raw_id.hex()] = (off, length)
                 continue
             with suppress(ValueError):
-                content = decompress_block(data[off - self._scanned : off - self._scanned + length])
+                content = decompress_block(data[off - base : off - base + length])
                 for oid, inner, n in iter_block(content):
                     self._in_blocks[oid] = (off, length, inner, n)
-            self._scanned = off + length
 
     def find(self, oid: str) -> Location | None:
         found = self.index.get(oid)
