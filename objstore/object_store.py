@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from . import objects
 from .errors import (
@@ -56,6 +56,7 @@ from .packs import (
     rebuild_index,
     verified_block_pack,
 )
+from .refs import journaled_generation
 from .repack import packs_to_merge
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
@@ -107,8 +108,10 @@ class ObjectStore:
         before_blocks: Callable[[], None] = lambda: None,
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
+        before_journal: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
+        self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
@@ -454,9 +457,37 @@ class ObjectStore:
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
-    def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None:
-        """Record a ref update in this handle's pack (durable with the next ``sync``)."""
-        self._pack_writer().add_ref_update(payload, files_to_sync)
+    def journal_ref_update(self, update: dict[str, Any]) -> None:
+        """Record a ref update in this handle's pack (durable with the next ``sync``): from
+        here until the pack is sealed, that record is the ref's newest value (Journal)."""
+        if self._before_journal is not None:
+            self._before_journal()  # an older ags would read the stale ref file (FORMAT.md 2)
+            self._before_journal = None
+        # The pack the update's objects went to, even past its size limit: sealing it
+        # here would write ref files under the ref lock this update holds.
+        w = self._writer if self._writer is not None else self._pack_writer()
+        w.add_ref_update(update)
+
+    def journaled(self, name: str) -> dict[str, Any] | None:
+        """The newest journaled update of ref ``name`` in the packs not sealed yet (this
+        handle's and, after a fresh look, every other writer's), or None. Read before
+        the ref file: a pack is sealed only after its refs' files are written."""
+        self.refresh()
+        found = [j for j in self._journals() if name in j]
+        if not found:
+            return None
+        return max((j[name] for j in found), key=journaled_generation)
+
+    def journaled_names(self, prefix: str) -> set[str]:
+        """The names starting with ``prefix`` of every ref a live pack journals."""
+        self.refresh()
+        return {name for j in self._journals() for name in j if name.startswith(prefix)}
+
+    def _journals(self) -> Iterator[dict[str, dict[str, Any]]]:
+        if self._writer is not None:
+            yield self._writer.journaled
+        for pack in self._open.values():
+            yield pack.journaled()
 
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another
@@ -495,7 +526,9 @@ class ObjectStore:
         replay writes nothing) and the next repack merges the copies."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
-            w.settle()
+            w.sync()
+            # The ref files, newer than before: from here no record is needed.
+            self._replay(list(w.journaled.values()))
         except BaseException:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise

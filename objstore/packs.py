@@ -39,7 +39,7 @@ import zstandard
 
 from . import canonical, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
-from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
+from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .pack_format import (
     BLOCK_IDX_ENTRY,
     BLOCK_PACK_MAGIC,
@@ -144,7 +144,9 @@ class PackWriter:
         self._fsync = threading.Lock()  # one fsync at a time; it covers what came before
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
-        self._unsynced_refs: set[str] = set()  # files to sync before sealing
+        # The newest journaled update of each ref: the truth for that ref (when newer
+        # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
+        self.journaled: dict[str, dict[str, Any]] = {}
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
         """Append records in one write; all of them, or (on an error such as a full
@@ -173,12 +175,12 @@ class PackWriter:
         """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
         self._write((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
 
-    def add_ref_update(self, update: bytes, files_to_sync: Iterable[str]) -> None:
-        """Journal a ref update (canonical JSON); ``files_to_sync`` are made durable before
-        the pack is sealed."""
-        checksum, stored = objects.encode("ref", update)
+    def add_ref_update(self, update: dict[str, Any]) -> None:
+        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1). Durable after
+        ``sync``; its ref file is written when the pack is sealed."""
+        checksum, stored = objects.encode("ref", canonical.dumps(update))
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
-        self._unsynced_refs.update(files_to_sync)
+        self.journaled[update["ref"]] = update
 
     def read(self, loc: Location) -> bytes:
         return os.pread(self._fd, loc[1], loc[0])
@@ -209,19 +211,6 @@ class PackWriter:
         with self._idle:
             self._holders -= 1
             self._idle.notify_all()
-
-    def seal(self) -> None:
-        """Sync, make journaled refs durable on their own, write the index, let go."""
-        self.settle()
-        write_index(self.path, self._tmp_dir, self.index, self.size)
-        self.release()
-
-    def settle(self) -> None:
-        """Make the pack durable and the refs its journal covers durable on their own:
-        from here no record in it is needed to recover a ref."""
-        self.sync()
-        sync_paths(self._unsynced_refs)
-        self._unsynced_refs.clear()
 
     def release(self) -> None:
         """Let go of the pack (and its flock), once no thread is syncing it."""
@@ -785,6 +774,9 @@ class OpenPack:
         self.index: dict[str, Location] = {}
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
+        # Ref updates, decoded only when a ref is read: most opens read few refs.
+        self._undecoded: list[tuple[bytes, Location]] = []
+        self._journaled: dict[str, dict[str, Any]] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -798,7 +790,19 @@ class OpenPack:
                 return  # no header: left by a crash (recovery decides), never a writer's
             scan = scan_records(self._fd, self._scanned, end)
             self.index.update(scan.objects)
+            self._undecoded += scan.refs
             self._scanned = scan.end
+
+    def journaled(self) -> dict[str, dict[str, Any]]:
+        """The newest ref update of each ref this pack journals (FORMAT.md 9), as far
+        as it is scanned. A record that does not verify is left out: it is a torn
+        tail (a writer that died mid-write), never something a writer acknowledged."""
+        for checksum, loc in self._undecoded:
+            with suppress(CorruptObject):
+                update = decode_ref_update(checksum, self.read(loc))
+                self._journaled[update["ref"]] = update
+        self._undecoded.clear()
+        return self._journaled
 
     def _scan_blocks(self, end: int) -> None:
         """A block pack whose index cannot be used (or not yet written): each object
