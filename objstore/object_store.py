@@ -468,11 +468,13 @@ class ObjectStore:
         w = self._writer if self._writer is not None else self._pack_writer()
         w.add_ref_update(update)
 
-    def journaled(self, name: str) -> dict[str, Any] | None:
+    def journaled(self, name: str, look: bool = True) -> dict[str, Any] | None:
         """The newest journaled update of ref ``name`` in the packs not sealed yet (this
-        handle's and, after a fresh look, every other writer's), or None. Read before
-        the ref file: a pack is sealed only after its refs' files are written."""
-        self.refresh()
+        handle's and, after a fresh look unless ``look`` is false, every other
+        writer's), or None. Read before the ref file: a pack is sealed only after
+        its refs' files are written."""
+        if look:
+            self.refresh()
         found = [j for j in self._journals() if name in j]
         if not found:
             return None

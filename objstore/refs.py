@@ -67,7 +67,8 @@ OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between update
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
-Journaled = Callable[[str], "dict[str, Any] | None"]  # a ref's newest journaled update
+# A ref's newest journaled update; with False, in the packs already known (no new look).
+Journaled = Callable[[str, bool], "dict[str, Any] | None"]
 
 
 class Journal(Protocol):
@@ -199,7 +200,7 @@ class RefStore:
         logs: Path,
         locks: Path,
         tmp_dir: Path,
-        journaled: Journaled = lambda name: None,
+        journaled: Journaled = lambda name, look: None,
     ) -> None:
         self.root = root
         self.journaled = journaled  # the live packs' journals (ObjectStore.journaled)
@@ -221,12 +222,13 @@ class RefStore:
     def log_path(self, name: str) -> str:
         return f"{self._logs}/{check_ref_name(name)}"
 
-    def read(self, name: str) -> RefRecord | None:
+    def read(self, name: str, *, look_for_packs: bool = True) -> RefRecord | None:
         """The ref's value: a batch's staged one, else the newer of its file and its
-        newest journaled update (module doc)."""
+        newest journaled update (module doc). ``look_for_packs=False`` takes the
+        journals of the packs this handle already knows only."""
         if self._staged is not None and name in self._staged:
             return self._staged[name].record
-        update = self.journaled(name)  # before the file: see the module doc
+        update = self.journaled(name, look_for_packs)  # before the file: see the module doc
         record = self._read_file(name)
         if record is None or update is None or journaled_generation(update) <= record.generation:
             return record
@@ -375,7 +377,10 @@ class RefStore:
         """
         check_ref_name(name)
         with self._lock(name):
-            current = self.read(name)
+            # A journaled update is made under the session's writer lock (Store), taken
+            # with a fresh look: no pack this handle does not know can have journaled
+            # the ref since, so the pack directory is not listed again.
+            current = self.read(name, look_for_packs=journal is None)
             body = change(current)
             if current is not None and body is current.body:
                 return current
