@@ -109,6 +109,20 @@ def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
     return update
 
 
+def _named_ref(stored: bytes) -> str | None:
+    """The ref a ref-update record names, read without checking it (its canonical JSON
+    ends with the ``ref`` key: 5.1), or None if it does not even decompress. A full
+    decode costs ten times as much, and a live pack holds a record per append."""
+    try:
+        content = objects.unverified_content(stored)
+    except CorruptObject:
+        return None
+    at = content.rfind(b',"ref":"')
+    if at < 0 or not content.endswith(b'"}'):
+        return None
+    return content[at + len(b',"ref":"') : -2].decode("utf-8", "replace")
+
+
 class PackWriter:
     """The one open, growing pack of a store handle. Holds the pack's flock."""
 
@@ -141,7 +155,9 @@ class PackWriter:
         self.dirty = True
         self._dir_synced = False
         self._synced = 0  # bytes known durable
-        self._fsync = threading.Lock()  # one fsync at a time; it covers what came before
+        # One fsync at a time (``_syncing``); it covers what came before it began.
+        self._fsync = threading.Condition()
+        self._syncing = False
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
@@ -187,20 +203,39 @@ class PackWriter:
 
     def sync(self) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began."""
+        share fsyncs: each fsync covers every record written before it began.
+
+        One thread at a time syncs; the others wait on a condition, and all of
+        them wake when it is done: those it covered return at once, and the
+        first of the rest starts the next fsync. (Waiting on a plain lock would
+        wake them one by one, each after the one before it got the interpreter
+        back, and the next fsync would start only at the end of that chain.)"""
         wanted = self.size
         if self._synced >= wanted:
             return
         with self._fsync:
+            while self._syncing:
+                self._fsync.wait()
+                if self._synced >= wanted:
+                    return  # another thread's fsync covered it
             if self._synced >= wanted:
-                return  # another thread's fsync covered it
+                return
+            self._syncing = True
             end = self.size  # every write up to here has returned
+        synced = False
+        try:
             os.fsync(self._fd)
             if not self._dir_synced:
                 fsync_dir(self.path.parent)
                 self._dir_synced = True
-            self._synced = max(self._synced, end)
-            self.dirty = self._synced < self.size
+            synced = True
+        finally:
+            with self._fsync:
+                self._syncing = False
+                if synced:
+                    self._synced = max(self._synced, end)
+                    self.dirty = self._synced < self.size
+                self._fsync.notify_all()
 
     def hold(self) -> None:
         """Keep the pack open while this thread syncs it outside its turn."""
@@ -774,8 +809,10 @@ class OpenPack:
         self.index: dict[str, Location] = {}
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
-        # Ref updates, decoded only when a ref is read: most opens read few refs.
+        # Ref updates, looked at only when a ref is read (most opens read few refs),
+        # and decoded in full only for the newest of each ref.
         self._undecoded: list[tuple[bytes, Location]] = []
+        self._by_ref: dict[str, list[tuple[bytes, Location]]] = {}
         self._journaled: dict[str, dict[str, Any]] = {}
         self.refresh()
 
@@ -797,11 +834,20 @@ class OpenPack:
         """The newest ref update of each ref this pack journals (FORMAT.md 9), as far
         as it is scanned. A record that does not verify is left out: it is a torn
         tail (a writer that died mid-write), never something a writer acknowledged."""
+        touched = set()
         for checksum, loc in self._undecoded:
-            with suppress(CorruptObject):
-                update = decode_ref_update(checksum, self.read(loc))
-                self._journaled[update["ref"]] = update
+            name = _named_ref(self.read(loc))
+            if name is not None:
+                self._by_ref.setdefault(name, []).append((checksum, loc))
+                touched.add(name)
         self._undecoded.clear()
+        for name in touched:  # the newest record of the ref that verifies
+            for checksum, loc in reversed(self._by_ref[name]):
+                with suppress(CorruptObject):
+                    update = decode_ref_update(checksum, self.read(loc))
+                    if update["ref"] == name:
+                        self._journaled[name] = update
+                        break
         return self._journaled
 
     def _scan_blocks(self, end: int) -> None:

@@ -1061,11 +1061,12 @@ class Store:
         files that are no ref name are left out; a ref that cannot be read raises
         StoreFormatError (what it reaches is unknown)."""
         found: set[str] = set()
+        self.objects.refresh()  # one look at the packs' journals for every ref below
         for name in self.refs.all_names():
             if name in skip:
                 continue
             try:
-                rec = self.refs.read(name)
+                rec = self.refs.read(name, look_for_packs=False)
             except InvalidName:
                 continue
             if rec is not None and isinstance(rec.target, str) and names_node(rec.target):

@@ -12,6 +12,7 @@ import pytest
 
 from objstore import Store, UnknownSpec, object_store
 from objstore.gc import collect_garbage
+from objstore.pack_format import scan_buffer
 
 
 def ref_file(path: Path, sid: str) -> dict[str, object]:
@@ -129,5 +130,27 @@ def test_gc_beside_a_live_writer_keeps_what_its_journal_reaches(tmp_path: Path) 
             assert heads[-1] in gc_handle.roots()
             collect_garbage(gc_handle, grace=600)
         assert [m["content"] for m in writer.context(sid)] == ["m0", "m1", "m2"]
+    with Store.open(path) as store:
+        assert store.session(sid).head == heads[-1]
+
+
+def test_a_journal_record_that_does_not_verify_is_no_value(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session()
+    writer = Store.open(path)
+    try:
+        heads = [writer.append(sid, user(f"m{i}")) for i in range(3)]
+        pack = writer.objects._writer.path  # type: ignore[union-attr]
+        scan = scan_buffer(pack.read_bytes()[8:], 8)
+        (off, length) = scan.refs[-1][1]
+        data = bytearray(pack.read_bytes())
+        data[off + length - 1] ^= 0xFF  # the last append's record, as a torn write leaves it
+        pack.write_bytes(bytes(data))
+        with Store.open(path) as reader:  # the pack is locked: read, not recovered
+            assert reader.session(sid).head == heads[-2]
+            assert reader.session(sid).messages == 2
+    finally:
+        writer.close()  # its seal writes the head it acknowledged, from its own memory
     with Store.open(path) as store:
         assert store.session(sid).head == heads[-1]
