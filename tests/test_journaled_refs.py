@@ -23,13 +23,20 @@ def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
+def marker_version(path: Path) -> int:
+    return int(json.loads((path / "ags-store.json").read_bytes())["version"])
+
+
 def test_an_append_writes_no_ref_file_and_every_reader_sees_it(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with Store.open(path) as store:
         sid = store.new_session(title="live")
+    assert marker_version(path) == 2
     created = (path / "refs" / "sessions" / sid).stat()
     with Store.open(path) as writer:
         heads = [writer.append(sid, user(f"m{i}")) for i in range(5)]
+        # an ags of store version 3 would read the stale file: it must refuse the store
+        assert marker_version(path) == 4
         assert (path / "refs" / "sessions" / sid).stat().st_ino == created.st_ino
         assert ref_file(path, sid)["target"] is None, "the file still holds the creation"
         with Store.open(path) as reader:  # another handle: from the writer's journal
