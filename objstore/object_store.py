@@ -475,21 +475,22 @@ class ObjectStore:
         its refs' files are written."""
         if look:
             self.refresh()
-        found = [j for j in self._journals() if name in j]
-        if not found:
-            return None
-        return max((j[name] for j in found), key=journaled_generation)
+        found = [u for u in self._journaled_updates(name) if u is not None]
+        return max(found, key=journaled_generation) if found else None
 
     def journaled_names(self, prefix: str) -> set[str]:
         """The names starting with ``prefix`` of every ref a live pack journals."""
         self.refresh()
-        return {name for j in self._journals() for name in j if name.startswith(prefix)}
-
-    def _journals(self) -> Iterator[dict[str, dict[str, Any]]]:
-        if self._writer is not None:
-            yield self._writer.journaled
+        names = set(self._writer.journaled) if self._writer is not None else set()
         for pack in self._open.values():
-            yield pack.journaled()
+            names |= pack.journaled_names()
+        return {name for name in names if name.startswith(prefix)}
+
+    def _journaled_updates(self, name: str) -> Iterator[dict[str, Any] | None]:
+        if self._writer is not None:
+            yield self._writer.journaled.get(name)
+        for pack in self._open.values():
+            yield pack.journaled(name)
 
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another

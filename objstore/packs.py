@@ -809,11 +809,12 @@ class OpenPack:
         self.index: dict[str, Location] = {}
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
-        # Ref updates, looked at only when a ref is read (most opens read few refs),
-        # and decoded in full only for the newest of each ref.
-        self._undecoded: list[tuple[bytes, Location]] = []
-        self._by_ref: dict[str, list[tuple[bytes, Location]]] = {}
-        self._journaled: dict[str, dict[str, Any]] = {}
+        # Ref updates in pack order, looked at only when a ref is read (most opens
+        # read one or two), newest first: which ref each names, once; a full decode
+        # only for the record a read takes.
+        self._refs: list[tuple[bytes, Location]] = []
+        self._names: dict[int, str | None] = {}  # record number -> the ref it names
+        self._newest: dict[str, tuple[int, dict[str, Any]]] = {}  # verified, per ref
         self.refresh()
 
     def refresh(self) -> None:
@@ -827,28 +828,33 @@ class OpenPack:
                 return  # no header: left by a crash (recovery decides), never a writer's
             scan = scan_records(self._fd, self._scanned, end)
             self.index.update(scan.objects)
-            self._undecoded += scan.refs
+            self._refs += scan.refs
             self._scanned = scan.end
 
-    def journaled(self) -> dict[str, dict[str, Any]]:
-        """The newest ref update of each ref this pack journals (FORMAT.md 9), as far
-        as it is scanned. A record that does not verify is left out: it is a torn
+    def journaled(self, name: str) -> dict[str, Any] | None:
+        """The newest update of ref ``name`` this pack journals (FORMAT.md 9), as far as
+        it is scanned, or None. A record that does not verify is passed over: a torn
         tail (a writer that died mid-write), never something a writer acknowledged."""
-        touched = set()
-        for checksum, loc in self._undecoded:
-            name = _named_ref(self.read(loc))
-            if name is not None:
-                self._by_ref.setdefault(name, []).append((checksum, loc))
-                touched.add(name)
-        self._undecoded.clear()
-        for name in touched:  # the newest record of the ref that verifies
-            for checksum, loc in reversed(self._by_ref[name]):
-                with suppress(CorruptObject):
-                    update = decode_ref_update(checksum, self.read(loc))
-                    if update["ref"] == name:
-                        self._journaled[name] = update
-                        break
-        return self._journaled
+        known = self._newest.get(name)
+        for i in range(len(self._refs) - 1, -1 if known is None else known[0], -1):
+            if self.journaled_name(i) != name:
+                continue
+            checksum, loc = self._refs[i]
+            with suppress(CorruptObject):
+                update = decode_ref_update(checksum, self.read(loc))
+                if update["ref"] == name:
+                    self._newest[name] = (i, update)
+                    return update
+        return None if known is None else known[1]
+
+    def journaled_names(self) -> set[str]:
+        """The name of every ref this pack journals, as far as it is scanned."""
+        return {n for n in map(self.journaled_name, range(len(self._refs))) if n is not None}
+
+    def journaled_name(self, i: int) -> str | None:
+        if i not in self._names:
+            self._names[i] = _named_ref(self.read(self._refs[i][1]))
+        return self._names[i]
 
     def _scan_blocks(self, end: int) -> None:
         """A block pack whose index cannot be used (or not yet written): each object
