@@ -522,11 +522,12 @@ class ObjectStore:
             self._relied_on.clear()
 
     def _seal_writer(self, w: PackWriter) -> None:
-        """Seal this handle's pack: its refs made durable, then its objects written
-        again, compressed together, into a block pack (FORMAT.md 5.5) that takes its
-        place; the journal records, needed no more, are not copied. A crash before
-        the old pack is gone leaves both: the next open recovers the old one (its
-        replay writes nothing) and the next repack merges the copies."""
+        """Seal this handle's pack: the ref files brought up to its journal (durable),
+        then its objects written again, compressed together, into a block pack
+        (FORMAT.md 5.5) that takes its place; the journal records, needed no more,
+        are not copied. A crash before the old pack is gone leaves both: the next
+        open recovers the old one (its replay writes nothing) and the next repack
+        merges the copies."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
             w.sync()

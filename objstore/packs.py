@@ -6,18 +6,19 @@ the index) and encoded by pack_format.py; this module does the I/O.
 
 A pack is only ever appended to, by the one process that holds an ``flock``
 on it. An append writes its objects and its ref update, then one ``fsync``
-makes both durable; the ref file is then renamed into place without further
-syncs (refs.py). Should the machine lose power before the ref file reaches
-the disk, the ref-update record in the pack is what restores it.
+makes both durable, and writes no ref file: until the pack is sealed, the
+ref-update record is the ref's newest value, which readers find in their
+scan of the packs being written (``OpenPack.journaled``; refs.py).
 
-A pack is *sealed* when its writer closes it: the writer syncs every ref file
-it updated, then writes the index with the atomic-replace protocol. An index
-means "sealed: nothing in this pack is needed to recover a ref", and is
-derived data: a damaged one is rebuilt from the pack. A pack without an index
-is being written (its flock is held) or was left by a crash; whoever finds it
-unlocked when opening the store recovers it (FORMAT.md 5.2): replays its ref
-updates (a no-op unless power was lost) and writes the index, leaving any
-torn tail unindexed.
+A pack is *sealed* when its writer closes it (or it passes MAX_PACK_BYTES):
+the writer brings the ref files up to its journal (``RefStore.replay``),
+then writes the index. An index means "sealed: nothing in this pack is
+needed to read or recover a ref", and is derived data: a damaged one is
+rebuilt from the pack. A pack without an index is being written (its flock
+is held) or was left by a crash; whoever finds it unlocked when opening the
+store recovers it (FORMAT.md 5.2): replays its ref updates (which writes the
+ref files the dead writer had not) and writes the index, leaving any torn
+tail unindexed.
 """
 
 from __future__ import annotations
