@@ -32,7 +32,7 @@ from collections.abc import Callable, Container, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from . import objects
 from .errors import (
@@ -57,6 +57,7 @@ from .packs import (
     rebuild_index,
     verified_block_pack,
 )
+from .refs import journaled_generation
 from .repack import packs_to_merge
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
@@ -108,8 +109,10 @@ class ObjectStore:
         before_blocks: Callable[[], None] = lambda: None,
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
+        before_journal: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
+        self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
@@ -473,9 +476,40 @@ class ObjectStore:
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
-    def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None:
-        """Record a ref update in this handle's pack (durable with the next ``sync``)."""
-        self._pack_writer().add_ref_update(payload, files_to_sync)
+    def journal_ref_update(self, update: dict[str, Any]) -> None:
+        """Record a ref update in this handle's pack (durable with the next ``sync``): from
+        here until the pack is sealed, that record is the ref's newest value (Journal)."""
+        if self._before_journal is not None:
+            self._before_journal()  # an older ags would read the stale ref file (FORMAT.md 2)
+            self._before_journal = None
+        # The pack the update's objects went to, even past its size limit: sealing it
+        # here would write ref files under the ref lock this update holds.
+        w = self._writer if self._writer is not None else self._pack_writer()
+        w.add_ref_update(update)
+
+    def journaled(self, name: str, look: bool = True) -> dict[str, Any] | None:
+        """The newest journaled update of ref ``name`` in the packs not sealed yet (this
+        handle's and, after a fresh look unless ``look`` is false, every other
+        writer's), or None. Read before the ref file: a pack is sealed only after
+        its refs' files are written."""
+        if look:
+            self.refresh()
+        found = [u for u in self._journaled_updates(name) if u is not None]
+        return max(found, key=journaled_generation) if found else None
+
+    def journaled_names(self, prefix: str) -> set[str]:
+        """The names starting with ``prefix`` of every ref a live pack journals."""
+        self.refresh()
+        names = set(self._writer.journaled) if self._writer is not None else set()
+        for pack in self._open.values():
+            names |= pack.journaled_names()
+        return {name for name in names if name.startswith(prefix)}
+
+    def _journaled_updates(self, name: str) -> Iterator[dict[str, Any] | None]:
+        if self._writer is not None:
+            yield self._writer.journaled.get(name)
+        for pack in self._open.values():
+            yield pack.journaled(name)
 
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another
@@ -507,14 +541,17 @@ class ObjectStore:
             self._relied_on.clear()
 
     def _seal_writer(self, w: PackWriter) -> None:
-        """Seal this handle's pack: its refs made durable, then its objects written
-        again, compressed together, into a block pack (FORMAT.md 5.5) that takes its
-        place; the journal records, needed no more, are not copied. A crash before
-        the old pack is gone leaves both: the next open recovers the old one (its
-        replay writes nothing) and the next repack merges the copies."""
+        """Seal this handle's pack: the ref files brought up to its journal (durable),
+        then its objects written again, compressed together, into a block pack
+        (FORMAT.md 5.5) that takes its place; the journal records, needed no more,
+        are not copied. A crash before the old pack is gone leaves both: the next
+        open recovers the old one (its replay writes nothing) and the next repack
+        merges the copies."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
-            w.settle()
+            w.sync()
+            # The ref files, newer than before: from here no record is needed.
+            self._replay(list(w.journaled.values()))
         except BaseException:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise

@@ -97,6 +97,14 @@ def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str,
     return verified(oid, _decompressed(oid, memoryview(stored)[1:]), kinds)
 
 
+def unverified_content(stored: bytes) -> bytes:
+    """The ``kind + NUL + body`` a stored form holds, NOT checked against any id: for
+    a quick look only (which ref a journal record names), never for a value."""
+    if stored[:1] != _FORMAT_ZSTD_BYTE:
+        raise CorruptObject("?", "unknown format byte")
+    return _decompressed("?", memoryview(stored)[1:])
+
+
 def verified(oid: str, content: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:
     """``(kind, body)`` of an object's content ``kind + NUL + body``, checked against its
     id (a block pack holds contents, FORMAT.md 5.5)."""

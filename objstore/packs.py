@@ -6,18 +6,19 @@ the index) and encoded by pack_format.py; this module does the I/O.
 
 A pack is only ever appended to, by the one process that holds an ``flock``
 on it. An append writes its objects and its ref update, then one ``fsync``
-makes both durable; the ref file is then renamed into place without further
-syncs (refs.py). Should the machine lose power before the ref file reaches
-the disk, the ref-update record in the pack is what restores it.
+makes both durable, and writes no ref file: until the pack is sealed, the
+ref-update record is the ref's newest value, which readers find in their
+scan of the packs being written (``OpenPack.journaled``; refs.py).
 
-A pack is *sealed* when its writer closes it: the writer syncs every ref file
-it updated, then writes the index with the atomic-replace protocol. An index
-means "sealed: nothing in this pack is needed to recover a ref", and is
-derived data: a damaged one is rebuilt from the pack. A pack without an index
-is being written (its flock is held) or was left by a crash; whoever finds it
-unlocked when opening the store recovers it (FORMAT.md 5.2): replays its ref
-updates (a no-op unless power was lost) and writes the index, leaving any
-torn tail unindexed.
+A pack is *sealed* when its writer closes it (or it passes MAX_PACK_BYTES):
+the writer brings the ref files up to its journal (``RefStore.replay``),
+then writes the index. An index means "sealed: nothing in this pack is
+needed to read or recover a ref", and is derived data: a damaged one is
+rebuilt from the pack. A pack without an index is being written (its flock
+is held) or was left by a crash; whoever finds it unlocked when opening the
+store recovers it (FORMAT.md 5.2): replays its ref updates (which writes the
+ref files the dead writer had not) and writes the index, leaving any torn
+tail unindexed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import zstandard
 
 from . import canonical, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
-from .files import atomic_write, fsync_dir, make_dirs, open_fd, sync_paths
+from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .pack_format import (
     BLOCK_IDX_ENTRY,
     BLOCK_PACK_MAGIC,
@@ -109,6 +110,20 @@ def decode_ref_update(checksum: bytes, stored: bytes) -> dict[str, Any]:
     return update
 
 
+def _named_ref(stored: bytes) -> str | None:
+    """The ref a ref-update record names, read without checking it (its canonical JSON
+    ends with the ``ref`` key: 5.1), or None if it does not even decompress. A full
+    decode costs ten times as much, and a live pack holds a record per append."""
+    try:
+        content = objects.unverified_content(stored)
+    except CorruptObject:
+        return None
+    at = content.rfind(b',"ref":"')
+    if at < 0 or not content.endswith(b'"}'):
+        return None
+    return content[at + len(b',"ref":"') : -2].decode("utf-8", "replace")
+
+
 class PackWriter:
     """The one open, growing pack of a store handle. Holds the pack's flock."""
 
@@ -141,10 +156,14 @@ class PackWriter:
         self.dirty = True
         self._dir_synced = False
         self._synced = 0  # bytes known durable
-        self._fsync = threading.Lock()  # one fsync at a time; it covers what came before
+        # One fsync at a time (``_syncing``); it covers what came before it began.
+        self._fsync = threading.Condition()
+        self._syncing = False
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
-        self._unsynced_refs: set[str] = set()  # files to sync before sealing
+        # The newest journaled update of each ref: the truth for that ref (when newer
+        # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
+        self.journaled: dict[str, dict[str, Any]] = {}
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
         """Append records in one write; all of them, or (on an error such as a full
@@ -173,32 +192,51 @@ class PackWriter:
         """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
         self._write((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
 
-    def add_ref_update(self, update: bytes, files_to_sync: Iterable[str]) -> None:
-        """Journal a ref update (canonical JSON); ``files_to_sync`` are made durable before
-        the pack is sealed."""
-        checksum, stored = objects.encode("ref", update)
+    def add_ref_update(self, update: dict[str, Any]) -> None:
+        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1). Durable after
+        ``sync``; its ref file is written when the pack is sealed."""
+        checksum, stored = objects.encode("ref", canonical.dumps(update))
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
-        self._unsynced_refs.update(files_to_sync)
+        self.journaled[update["ref"]] = update
 
     def read(self, loc: Location) -> bytes:
         return os.pread(self._fd, loc[1], loc[0])
 
     def sync(self) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began."""
+        share fsyncs: each fsync covers every record written before it began.
+
+        One thread at a time syncs; the others wait on a condition, and all of
+        them wake when it is done: those it covered return at once, and the
+        first of the rest starts the next fsync. (Waiting on a plain lock would
+        wake them one by one, each after the one before it got the interpreter
+        back, and the next fsync would start only at the end of that chain.)"""
         wanted = self.size
         if self._synced >= wanted:
             return
         with self._fsync:
+            while self._syncing:
+                self._fsync.wait()
+                if self._synced >= wanted:
+                    return  # another thread's fsync covered it
             if self._synced >= wanted:
-                return  # another thread's fsync covered it
+                return
+            self._syncing = True
             end = self.size  # every write up to here has returned
+        synced = False
+        try:
             os.fsync(self._fd)
             if not self._dir_synced:
                 fsync_dir(self.path.parent)
                 self._dir_synced = True
-            self._synced = max(self._synced, end)
-            self.dirty = self._synced < self.size
+            synced = True
+        finally:
+            with self._fsync:
+                self._syncing = False
+                if synced:
+                    self._synced = max(self._synced, end)
+                    self.dirty = self._synced < self.size
+                self._fsync.notify_all()
 
     def hold(self) -> None:
         """Keep the pack open while this thread syncs it outside its turn."""
@@ -209,19 +247,6 @@ class PackWriter:
         with self._idle:
             self._holders -= 1
             self._idle.notify_all()
-
-    def seal(self) -> None:
-        """Sync, make journaled refs durable on their own, write the index, let go."""
-        self.settle()
-        write_index(self.path, self._tmp_dir, self.index, self.size)
-        self.release()
-
-    def settle(self) -> None:
-        """Make the pack durable and the refs its journal covers durable on their own:
-        from here no record in it is needed to recover a ref."""
-        self.sync()
-        sync_paths(self._unsynced_refs)
-        self._unsynced_refs.clear()
 
     def release(self) -> None:
         """Let go of the pack (and its flock), once no thread is syncing it."""
@@ -811,6 +836,12 @@ class OpenPack:
         self.index: dict[str, Location] = {}
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
+        # Ref updates in pack order, looked at only when a ref is read (most opens
+        # read one or two), newest first: which ref each names, once; a full decode
+        # only for the record a read takes.
+        self._refs: list[tuple[bytes, Location]] = []
+        self._names: dict[int, str | None] = {}  # record number -> the ref it names
+        self._newest: dict[str, tuple[int, dict[str, Any]]] = {}  # verified, per ref
         self.refresh()
 
     def refresh(self) -> None:
@@ -824,23 +855,50 @@ class OpenPack:
                 return  # no header: left by a crash (recovery decides), never a writer's
             scan = scan_records(self._fd, self._scanned, end)
             self.index.update(scan.objects)
+            self._refs += scan.refs
             self._scanned = scan.end
+
+    def journaled(self, name: str) -> dict[str, Any] | None:
+        """The newest update of ref ``name`` this pack journals (FORMAT.md 9), as far as
+        it is scanned, or None. A record that does not verify is passed over: a torn
+        tail (a writer that died mid-write), never something a writer acknowledged."""
+        known = self._newest.get(name)
+        for i in range(len(self._refs) - 1, -1 if known is None else known[0], -1):
+            if self.journaled_name(i) != name:
+                continue
+            checksum, loc = self._refs[i]
+            with suppress(CorruptObject):
+                update = decode_ref_update(checksum, self.read(loc))
+                if update["ref"] == name:
+                    self._newest[name] = (i, update)
+                    return update
+        return None if known is None else known[1]
+
+    def journaled_names(self) -> set[str]:
+        """The name of every ref this pack journals, as far as it is scanned."""
+        return {n for n in map(self.journaled_name, range(len(self._refs))) if n is not None}
+
+    def journaled_name(self, i: int) -> str | None:
+        if i not in self._names:
+            self._names[i] = _named_ref(self.read(self._refs[i][1]))
+        return self._names[i]
 
     def _scan_blocks(self, end: int) -> None:
         """A block pack whose index cannot be used (or not yet written): each object
         is found by reading its block, until the next open writes the index."""
-        data = os.pread(self._fd, end - self._scanned, self._scanned)
+        base = self._scanned  # where ``data`` starts; ``_scanned`` moves on below
+        data = os.pread(self._fd, end - base, base)
         types = (TYPE_OBJECT, TYPE_BLOCK)
-        for record in iter_records(data, self._scanned, types):
+        for record in iter_records(data, base, types):
             off, length = record.location
+            self._scanned = off + length
             if record.type == TYPE_OBJECT:
                 self.index[record.raw_id.hex()] = (off, length)
                 continue
             with suppress(ValueError):
-                content = decompress_block(data[off - self._scanned : off - self._scanned + length])
+                content = decompress_block(data[off - base : off - base + length])
                 for oid, inner, n in iter_block(content):
                     self._in_blocks[oid] = (off, length, inner, n)
-            self._scanned = off + length
 
     def find(self, oid: str) -> Location | None:
         found = self.index.get(oid)

@@ -27,13 +27,17 @@ Every update goes through ``RefStore.transact``, the one way to change a ref:
 
 Readers take no lock: they see the old file or the new one, never a mix.
 
-A *journaled* update (an append: ``transact(..., journal=...)``) makes steps
-3-5 cheap: the new file and the reflog line are written without syncs, then
-the update is recorded in the writer's pack, whose one fsync also covers the
-objects the update points at, and only then is the file renamed. The pack
-record restores the ref if power is lost before the file reaches the disk
-(``replay``), and the writer syncs the files before it seals the pack. One
-fsync per append instead of four, and the same compare-and-swap.
+A *journaled* update (an append or a compaction: ``transact(..., journal=...)``,
+which writes no reflog line) writes no ref file at all: the update is recorded
+in the writer's pack, whose one fsync also covers the objects the update
+points at, and that record is the ref's newest value until the pack is
+sealed. Sealing writes the ref file (``replay``, the same rule recovery
+applies to a pack a crash left), so the file catches up once per pack, not
+once per append. A reader therefore reads a ref as the newer, by generation,
+of its file and of the journaled updates in the packs not sealed yet
+(``read``; the journal is looked at first, since a pack goes away only after
+its refs' files are written). A missing file means the ref is absent,
+whatever a journal says: creation and deletion are never journaled.
 """
 
 from __future__ import annotations
@@ -63,12 +67,14 @@ OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between update
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
+# A ref's newest journaled update; with False, in the packs already known (no new look).
+Journaled = Callable[[str, bool], "dict[str, Any] | None"]
 
 
 class Journal(Protocol):
     """Where journaled ref updates are recorded: the writer's pack (ObjectStore)."""
 
-    def journal_ref_update(self, payload: bytes, files_to_sync: list[str]) -> None: ...
+    def journal_ref_update(self, update: dict[str, Any]) -> None: ...
 
     def commit(self) -> None:
         """Make the journal durable; the caller may lose its turn (turns.py) here."""
@@ -188,8 +194,16 @@ class _Staged:
 
 
 class RefStore:
-    def __init__(self, root: Path, logs: Path, locks: Path, tmp_dir: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        logs: Path,
+        locks: Path,
+        tmp_dir: Path,
+        journaled: Journaled = lambda name, look: None,
+    ) -> None:
         self.root = root
+        self.journaled = journaled  # the live packs' journals (ObjectStore.journaled)
         self._root = os.fspath(root)
         self._logs = os.fspath(logs)
         self._locks = locks
@@ -208,10 +222,20 @@ class RefStore:
     def log_path(self, name: str) -> str:
         return f"{self._logs}/{check_ref_name(name)}"
 
-    def read(self, name: str) -> RefRecord | None:
+    def read(self, name: str, *, look_for_packs: bool = True) -> RefRecord | None:
+        """The ref's value: a batch's staged one, else the newer of its file and its
+        newest journaled update (module doc). ``look_for_packs=False`` takes the
+        journals of the packs this handle already knows only."""
         if self._staged is not None and name in self._staged:
             return self._staged[name].record
-        return self._read_file(name)
+        update = self.journaled(name, look_for_packs)  # before the file: see the module doc
+        record = self._read_file(name)
+        if record is None or update is None or journaled_generation(update) <= record.generation:
+            return record
+        body = update["body"]
+        if body is None:
+            return None
+        return RefRecord(name, int(body["generation"]), body["target"], body)
 
     def read_file(self, name: str) -> RefRecord | None:
         """The ref as its file holds it, whatever a batch in progress has staged."""
@@ -288,7 +312,7 @@ class RefStore:
         return how many. A deleted ref whose last entry goes loses its log file."""
         with self._lock(name):
             path = self.log_path(name)
-            current = self._read_file(name)
+            current = self.read(name)
             entries = read_reflog(path, current.generation if current else None)
             keep = [e for e in entries if e.time >= cutoff]
             dropped = len(entries) - len(keep)
@@ -353,7 +377,10 @@ class RefStore:
         """
         check_ref_name(name)
         with self._lock(name):
-            current = self.read(name)
+            # A journaled update is made under the session's writer lock (Store), taken
+            # with a fresh look: no pack this handle does not know can have journaled
+            # the ref since, so the pack directory is not listed again.
+            current = self.read(name, look_for_packs=journal is None)
             body = change(current)
             if current is not None and body is current.body:
                 return current
@@ -378,22 +405,11 @@ class RefStore:
                     )
                 st.record = record
                 st.entries += entries
-            elif journal is not None and current is not None and record is not None:
-                update = {
-                    "body": record.body,
-                    "log": entries[0].as_dict() if entries else None,
-                    "ref": name,
-                }
-
-                def journal_it() -> None:
-                    # Last before the rename: an update that failed on the way (a full
-                    # disk) leaves no durable record for recovery to replay.
-                    files_to_sync = [self.path(name)] + ([self.log_path(name)] if entries else [])
-                    journal.journal_ref_update(canonical.dumps(update), files_to_sync)
-                    journal.commit()
-
-                tmp = self._write_file(record, durable=False)
-                self._commit(name, tmp, entries, durable=False, before_install=journal_it)
+            elif journal is not None and current is not None and record is not None and not log:
+                # No file, no rename: the pack's record is the ref until the pack is
+                # sealed, and its one fsync makes the objects and the update durable.
+                journal.journal_ref_update({"body": record.body, "log": None, "ref": name})
+                journal.commit()
             else:
                 self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
@@ -415,7 +431,6 @@ class RefStore:
         entries: list[ReflogEntry],
         *,
         durable: bool,
-        before_install: Callable[[], None] | None = None,
     ) -> None:
         """Steps 4-5, with the lock held: log the update, then put the new file in place."""
         path = self.path(name)
@@ -424,8 +439,6 @@ class RefStore:
                 files.append_line(
                     self.log_path(name), b"".join(e.line() for e in entries), durable=durable
                 )
-            if before_install is not None:
-                before_install()
         except BaseException:
             if tmp is not None:
                 os.unlink(tmp)
@@ -478,7 +491,7 @@ class RefStore:
         try:
             for name, st in staged.items():
                 with self._lock(name):
-                    disk = self._read_file(name)
+                    disk = self.read(name)  # the batch is over: file and journals
                     if (disk.generation if disk else None) != st.base_generation:
                         raise RefConflict(f"ref {name} changed while a batch was writing it")
                     self._commit(name, tmps.pop(name), st.entries, durable=False)
@@ -495,19 +508,20 @@ class RefStore:
     # -- recovery --------------------------------------------------------------
 
     def replay(self, updates: list[dict[str, Any]]) -> None:
-        """Restore refs from the journaled updates of a crashed writer's pack, oldest first.
+        """Bring ref files up to the journaled updates of a pack, oldest first: what a
+        writer does when it seals its pack, and recovery for a pack a crash left.
 
         An update is applied only if the ref file is older (lower generation)
         or unreadable. A missing ref file means the ref was deleted after the
         update (creation and deletion are never journaled), so nothing is
-        applied. After a plain ``kill -9`` every ref is already current and
-        this writes nothing.
+        applied. A file another writer moved past the pack's updates is left
+        as it is.
         """
         by_ref: dict[str, list[dict[str, Any]]] = {}
         for update in updates:
             try:
                 name = check_ref_name(update["ref"])
-                _journaled_gen(update)
+                journaled_generation(update)
             except (KeyError, TypeError, ValueError, InvalidName):
                 continue
             by_ref.setdefault(name, []).append(update)
@@ -525,8 +539,8 @@ class RefStore:
                 have = current.generation if current else 0
             except StoreFormatError:
                 have = 0  # torn by a power loss: any journaled value is better
-            newer = [u for u in items if _journaled_gen(u) > have]
-            limit = max([have, *(_journaled_gen(u) for u in newer)])
+            newer = [u for u in items if journaled_generation(u) > have]
+            limit = max([have, *(journaled_generation(u) for u in newer)])
         else:
             limit = max(logged_gens, default=0)  # deleted since: restore lines up to the delete
         # The rename of a ref file can survive a power loss that its unsynced
@@ -553,8 +567,8 @@ class RefStore:
             stripes.clear()
 
 
-def _journaled_gen(update: dict[str, Any]) -> int:
+def journaled_generation(update: dict[str, Any]) -> int:
     """The generation a journaled update gave its ref: its reflog line's, or, for an
-    update that writes none (an append), its body's."""
+    update that writes none (an append), its body's (FORMAT.md 5.1)."""
     log = update["log"]
     return int(log["gen"] if log is not None else update["body"]["generation"])

@@ -434,14 +434,17 @@ class SearchIndex:
     def _refs_stamp(self) -> str | None:
         """When the session refs last changed, if that is long enough ago to trust.
 
-        Every change of a session ref (an append, a title, an archive, a
-        delete) renames a file into or out of ``refs/sessions/``, which sets
-        that directory's mtime. File times tick coarsely (a few milliseconds),
-        so a stamp younger than STAMP_SETTLE_S could hide a later change in the
-        same tick: such a stamp is not used, as Git treats a "racy" index entry.
-        Taken before the refs are read, a stamp never covers a change the
-        read missed.
+        Every change of a session ref (a title, an archive, a delete; an
+        append once its pack is sealed) renames a file into or out of
+        ``refs/sessions/``, which sets that directory's mtime; while a pack
+        journals appends (FORMAT.md 9) there is no stamp. File times tick
+        coarsely (a few milliseconds), so a stamp younger than STAMP_SETTLE_S
+        could hide a later change in the same tick: such a stamp is not used,
+        as Git treats a "racy" index entry. Taken before the refs are read, a
+        stamp never covers a change the read missed.
         """
+        if self.store.journaled_sessions():
+            return None  # a live writer's heads are in its pack's journal, not in files
         try:
             st = os.stat(self.store.path / "refs" / "sessions")
         except OSError:

@@ -85,10 +85,11 @@ from .walk import context_blobs, last_message_nodes, open_span, walk
 FORMAT_NAME: Final = "ags-store"
 # 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3). A
 # store is created at 2 and raised when it first needs more (FORMAT.md 2).
-FORMAT_VERSION: Final = 3
+FORMAT_VERSION: Final = 4
 CREATED_VERSION: Final = 2
 BLOCKS_VERSION: Final = 2
 FILES_VERSION: Final = 3
+JOURNAL_VERSION: Final = 4  # heads kept in a pack's journal until it is sealed
 CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
@@ -330,7 +331,9 @@ class Store:
             partial(upgrade_marker, path, BLOCKS_VERSION),
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
+            partial(upgrade_marker, path, JOURNAL_VERSION),
         )
+        self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
         self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
@@ -500,12 +503,26 @@ class Store:
         for _sid, why in listing.damaged:
             warnings.warn(StoreWarning(f"{why}; left out (ags fsck)"), stacklevel=2)
         found = listing.rows
+        # The index follows the ref files; a live writer's journal is ahead of them.
+        journaled = self.journaled_sessions()
+        if journaled:
+            rows = {row[0]: row for row in found}
+            for sid in journaled & rows.keys():
+                rec = self.refs.read(session_ref(sid))
+                if rec is not None:
+                    rows[sid] = _row(session_info(rec))
+            found = sorted(rows.values(), key=lambda row: (row[UPDATED], row[0]), reverse=True)
         staged = self.refs.staged("sessions")
         if staged:  # a batch in progress sees its own sessions
             found = [row for row in found if session_ref(row[0]) not in staged]
             found += [_row(session_info(rec)) for rec in staged.values() if rec is not None]
             found.sort(key=lambda row: (row[UPDATED], row[0]), reverse=True)
         return [SessionInfo(*row) for row in found if include_archived or row[ARCHIVED_AT] is None]
+
+    def journaled_sessions(self) -> set[str]:
+        """The sessions whose newest head may be in a pack's journal rather than in their
+        ref file (FORMAT.md 9): those a writer appended to since its pack was sealed."""
+        return {ref_short(name) for name in self.objects.journaled_names("sessions/")}
 
     def _listing_row(self, sid: str) -> list[Any] | None:
         rec = self.refs.read_file(session_ref(sid))
@@ -1064,11 +1081,12 @@ class Store:
     ) -> Iterator[str]:
         """``roots`` one at a time, repeats left in: the reflogs of a big store name
         about every node it has, too many to hold as a set of strings."""
+        self.objects.refresh()  # one look at the packs' journals for every ref below
         for name in self.refs.all_names():
             if name in skip:
                 continue
             try:
-                rec = self.refs.read(name)
+                rec = self.refs.read(name, look_for_packs=False)
             except InvalidName:
                 continue
             if rec is not None and isinstance(rec.target, str) and names_node(rec.target):

@@ -9,8 +9,8 @@ thread at a time. The turn is reentrant (an operation may call another), and
 a batch holds it from its start to its end: a batch has the handle to itself.
 
 An append gives up its turn (``leave``) once its records are in the pack and
-what is left is to wait for them to be durable and rename its ref file: that
-touches nothing other threads change. Meanwhile the next thread writes its
+what is left is to wait for them to be durable: that touches nothing other
+threads change. Meanwhile the next thread writes its
 records, and the fsync one thread makes covers every record written before
 it started (packs.PackWriter.sync). Locks are taken in one order, turn ->
 session -> ref stripe -> fsync, and a thread that left its turn never waits

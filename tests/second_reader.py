@@ -43,11 +43,12 @@ def decode_stored(oid: str, stored: bytes) -> tuple[str, bytes]:  # 4: the store
 class Store:
     root: Path
     objects: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    journaled: dict[str, dict[str, Any]] = field(default_factory=dict)  # 9: live packs' refs
 
     @classmethod
     def read(cls, root: Path) -> Store:
         marker = json.loads((root / "ags-store.json").read_bytes())  # 2
-        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3)):
+        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3, 4)):
             raise Unreadable(f"marker {marker}")
         store = cls(root)
         for sub in sorted((root / "objects").iterdir()):  # 4: loose objects
@@ -91,8 +92,15 @@ class Store:
                     inner += 36 + n
             else:
                 kind, body = decode_stored(raw.hex(), payload)  # a ref update: a checksum
-                if kind != "ref" or set(json.loads(body)) != {"body", "log", "ref"}:
+                update = json.loads(body)
+                if kind != "ref" or set(update) != {"body", "log", "ref"}:
                     raise Unreadable(f"{path.name}: ref-update record at {at}")
+                if update["body"] and not path.with_suffix(".idx").exists():  # 9: unsealed
+                    log = update["log"]
+                    gen = log["gen"] if log else update["body"]["generation"]
+                    have = self.journaled.get(update["ref"])
+                    if have is None or have["generation"] < gen:
+                        self.journaled[update["ref"]] = {**update["body"], "generation": gen}
             at += 37 + length
         idx = path.with_suffix(".idx")
         if idx.exists():
@@ -155,12 +163,13 @@ class Store:
     def ref(self, name: str) -> dict[str, Any] | None:  # 6: canonical JSON and a newline
         path = self.root / "refs" / name
         if not path.exists():
-            return None
+            return None  # 9: deleted, whatever a journal says
         data = path.read_bytes()
         if not data.endswith(b"\n"):
             raise Unreadable(f"ref {name} has no newline")
         body: dict[str, Any] = json.loads(data)
-        return body
+        journaled = self.journaled.get(name)  # 9: the newer of the file and the journal
+        return journaled if journaled and journaled["generation"] > body["generation"] else body
 
     def sessions(self) -> dict[str, dict[str, Any]]:
         folder = self.root / "refs" / "sessions"

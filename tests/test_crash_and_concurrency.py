@@ -380,6 +380,9 @@ def test_kill_9_loses_no_acknowledged_append(
 
     crashed = unsealed_packs(path)
     assert len(crashed) == 1, "the killed writer's pack should be left unsealed"
+    # Appends write no ref file (FORMAT.md 9): every acknowledged head is in the
+    # crashed pack's journal only, and recovery must write it.
+    assert ref_body(path, sid)["target"] is None
 
     with Store.open(path) as store:
         assert crashed[0].with_suffix(".idx").exists(), "opening must recover the pack"
@@ -477,7 +480,10 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
     log_path = path / "logs" / "sessions" / sid
     old_ref = (snap / "ref").read_bytes()
     old_log_size = int((snap / "log-size").read_text())
-    assert json.loads(old_ref)["target"] == acked[SNAPSHOT_AT - 1]
+    # An append writes no ref file (FORMAT.md 9): until the pack is sealed the file
+    # holds what the session's creation wrote, and the pack's journal the head.
+    assert json.loads(old_ref)["target"] is None
+    assert ref_body(path, sid)["generation"] == 1
     if loss.startswith("older_ref"):
         ref_path.write_bytes(old_ref)
     if loss.startswith("empty_ref"):

@@ -3,9 +3,10 @@ disk a power cut would leave at many points of it, and open the store from each.
 
 A child process runs a workload with ``fs_recorder.Recorder`` installed: a
 store created from nothing, appends, compactions, forks, a title, a delete, an
-import, handles that seal packs until a repack merges them, and two handles of
-one process sharing an object while one of them is in a batch. It marks each
-acknowledged step in the same record. Then, for each point (before every
+import, handles that seal packs until a repack merges them, two handles of
+one process sharing an object while one of them is in a batch, and a session
+that a second handle goes on writing from the head in the first one's
+journal. It marks each acknowledged step in the same record. Then, for each point (before every
 sync, rename and unlink, and after every acknowledgement), ``PowerCut``
 builds the disk states of a cut there: only fsynced data survives, and each
 name change not yet made durable by a directory fsync happened or not
@@ -93,6 +94,13 @@ with one.batch():
     append(two, c, "after it")
 two.close()
 one.close()
+one, two = Store.open(store_path), Store.open(store_path)
+append(one, a, "one before two")  # a's head only in one's journal
+one.release(a)
+append(two, a, "two after one")  # two goes on from it, in its own journal
+one.close()  # one's seal writes a's file, behind two's journal
+append(two, a, "two again")
+two.close()
 
 with Store.open(store_path) as s:
     old = s.new_session(title="old")
