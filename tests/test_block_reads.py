@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import store_with_damaged_message
+
 from objstore import CorruptObject, ObjectError, Store
 from objstore.canonical import dumps
 from objstore.fsck import check_store
