@@ -14,12 +14,14 @@ An object that is in no such block (in a pack being written, a loose file, a
 plain record, a block that fails its checksum) is read by
 ``ObjectStore.get``, verified against its id as always.
 
-A reader holds the decoded blocks of what it read (about 128 KiB each): make
-one per task and drop it, rather than keep it for the life of a store handle.
+A reader keeps at most MAX_BLOCKS decoded blocks (about 128 KiB each), the
+oldest decoded let go first; make one per task and drop it, rather than keep
+it for the life of a store handle.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from .errors import CorruptObject
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
 
 _KINDS: Final = {b"blob": "blob", b"node": "node", b"file": "file"}
 _HEAD: Final = BLOCK_ENTRY_HEAD.size
+MAX_BLOCKS: Final = 256
+"""Decoded blocks one reader keeps (about 32 MiB): a context of about 20,000
+messages, far beyond what a model takes, is read with each block decoded once;
+a longer one decodes some twice rather than hold them all."""
 
 
 class BlockReader:
@@ -39,9 +45,9 @@ class BlockReader:
         self._objects = objects
         # id -> (content of its block, offset of its kind + NUL + body there, length)
         self._located: dict[str, tuple[bytes, int, int]] = {}
-        # (pack path, record payload offset) -> the block's content, and whether its
-        # objects are in ``_located`` yet
-        self._blocks: dict[tuple[str, int], tuple[bytes, bool]] = {}
+        # (pack name, record payload offset) -> the block's content, and the ids of its
+        # objects once they are in ``_located`` (None before); oldest decoded first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, list[str] | None]] = OrderedDict()
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
@@ -86,7 +92,11 @@ class BlockReader:
             content = pack.checked_block(off)
             if content is None:
                 return None
-            self._blocks[key] = (content, False)
+            self._blocks[key] = (content, None)
+            if len(self._blocks) > MAX_BLOCKS:
+                _, (_, members) = self._blocks.popitem(last=False)
+                for member in members or ():
+                    self._located.pop(member, None)
             # The index's word, checked against the entry head the block holds.
             if not _HEAD <= at <= len(content) - length:
                 return None
@@ -94,13 +104,13 @@ class BlockReader:
                 return None
             return content, at, length
         content, listed = block
-        if listed:
+        if listed is not None:
             return None  # the block does not hold it, whatever the index says
         try:
             entries = block_entries(content)
         except ValueError:
             return None
-        self._blocks[key] = (content, True)
+        self._blocks[key] = (content, [member for member, _, _ in entries])
         located = self._located
         for member, member_at, member_length in entries:
             located[member] = (content, member_at, member_length)

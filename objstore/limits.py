@@ -163,13 +163,15 @@ def _unusual(value: Any, max_depth: int, depth: int = 0) -> int:
     if depth > max_depth:
         return _TOO_DEEP
     found = 0
-    for item in items:
+    for item in items:  # only containers recurse: a context is millions of items
         kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        found = max(found, _unusual(item, max_depth, depth))
-        if found == _TOO_DEEP:
-            break
+        if kind is dict or kind is list:
+            inner = _unusual(item, max_depth, depth)
+            if inner == _TOO_DEEP:
+                return inner
+            found = found or inner
+        elif kind is float and not -_BIG < item < _BIG:
+            found = _BIG_FLOAT
     return found
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import store_with_damaged_message
 
-from objstore import CorruptObject, ObjectError, Store
+from objstore import CorruptObject, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
@@ -56,6 +56,15 @@ def test_a_long_context_reads_back_exactly_from_several_blocks(tmp_path: Path) -
     with Store.open(tmp_path / "s") as s:
         assert s.context(sid) == messages(600)
         assert s.context(f"{sid}~100") == messages(500)
+
+
+def test_a_context_longer_than_the_blocks_a_reader_keeps_reads_back_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(block_reader, "MAX_BLOCKS", 1)
+    sid = sealed_session(tmp_path / "s", 600)
+    with Store.open(tmp_path / "s") as s:
+        assert s.context(sid) == messages(600)
 
 
 def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: Path) -> None:
