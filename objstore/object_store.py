@@ -312,7 +312,13 @@ class ObjectStore:
         return BlockReader(self).get_many(oids)
 
     def in_block(self, oid: str) -> tuple[SealedPack, int, int, int] | None:
-        """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``)."""
+        """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
+        None at once for an object in a pack being written (``get`` reads those first),
+        so the newest messages beside a live writer cost no search of every index."""
+        if (self._writer is not None and oid in self._writer.index) or any(
+            p.find(oid) for p in self._open.values()
+        ):
+            return None
         for sealed in self._sealed.values():
             where = sealed.in_block(oid)
             if where is not None:
