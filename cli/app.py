@@ -55,9 +55,39 @@ def store_warnings_on_stderr() -> Iterator[None]:
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for git killed by SIGPIPE
 
 
+# The module that defines each command (importing it registers the command on
+# ``cli``): a command's module, and what it imports, is loaded only when that
+# command runs, so ``ags ls`` does not pay for the model clients, Docker, S3 or the
+# web server. tests/test_cli_startup.py checks this table against the modules.
+COMMAND_MODULES: Final = {
+    **dict.fromkeys(
+        ["archive", "checkout", "delete", "fork", "info", "ls", "reflog", "rewind",
+         "sessions", "status", "tag", "tags", "title", "unarchive"],
+        "cli.sessions",
+    ),
+    **dict.fromkeys(["diff", "log", "search", "show"], "cli.history"),
+    **dict.fromkeys(["du", "export", "fsck", "gc", "import"], "cli.maintenance"),
+    **dict.fromkeys(["chat", "run"], "cli.chat"),
+    **dict.fromkeys(["clone", "fetch", "pull", "push"], "cli.sync"),
+    "remote": "cli.remotes",
+    "serve": "cli.serve",
+}  # fmt: skip
+
+
 class AgsGroup(click.Group):
     """Every ``AgsError`` becomes one line on stderr and exit status 1; a
-    traceback is always a bug."""
+    traceback is always a bug. Commands are loaded when used (COMMAND_MODULES)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if cmd_name not in self.commands and module is not None:
+            # The import statement's machinery, not importlib.import_module: so that
+            # ``python -X importtime`` shows what loading a command costs.
+            __import__(module)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

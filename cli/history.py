@@ -5,21 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from objstore import (
-    LogEntry,
-    Node,
-    SearchHit,
-    SearchIndex,
-    SessionInfo,
-    Store,
-    diff_files,
-    diff_sessions,
-    fts_query,
-)
+from objstore import LogEntry, Node, SessionInfo, Store
+
+if TYPE_CHECKING:
+    from objstore import SearchHit
 
 from .app import cli, open_store
 from .file_diff import change_lines, change_word, delta_lines
@@ -296,6 +289,8 @@ def diff(ctx: click.Context, a: str, b: str, files: bool, as_json: bool) -> None
     if files:
         _diff_files(open_store(ctx), a, b, as_json)
         return
+    from objstore import diff_sessions  # the diff and search machinery: loaded when used
+
     result = diff_sessions(open_store(ctx), a, b)
     if as_json:
         emit_json({
@@ -314,6 +309,8 @@ def diff(ctx: click.Context, a: str, b: str, files: bool, as_json: bool) -> None
 
 
 def _diff_files(store: Store, a: str, b: str, as_json: bool) -> None:
+    from objstore import diff_files
+
     deltas = diff_files(store, a, b)
     if as_json:
         emit_json([{"path": d.path, "a": d.a, "b": d.b} for d in deltas])
@@ -359,6 +356,8 @@ def search(
       ags search "connection refused" --role tool
       ags search pytest --session 3f2a --json
     """
+    from objstore import SearchIndex, fts_query
+
     fts_query(query)  # a query that cannot match is refused before the index is touched
     store = open_store(ctx)
     sid = store.session_id(session_spec) if session_spec else None

@@ -31,7 +31,6 @@ import click
 
 from agent.control_chars import HIDDEN_IN_BODY
 from agent.control_chars import visible as visible  # re-exported: the commands print with it
-from objstore import content_text
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -149,6 +148,8 @@ def message_start(message: Any, limit: int) -> tuple[str, int]:
 def _raw_text(message: Any) -> str:
     if not isinstance(message, dict):
         return json.dumps(message, ensure_ascii=False)
+    from objstore import content_text  # here: it loads search (sqlite3), which ls needs not
+
     return content_text(message.get("content"))  # a string, or the text of its parts
 
 

@@ -8,9 +8,7 @@ from typing import Any
 
 import click
 
-from agent.checkpoints import rewind_with_files
-from agent.tokens import describe_usage
-from objstore import InvalidInput, session_usage
+from objstore import InvalidInput
 
 from .app import cli, open_store
 from .output import (
@@ -173,6 +171,8 @@ def rewind(ctx: click.Context, session: str, spec: str, files: bool, force: bool
     sid = store.session_id(session)
     old = store.session(sid).head
     if files:
+        from agent.checkpoints import rewind_with_files  # only here: the file machinery
+
         new, restored = rewind_with_files(store, sid, spec, force=force)
     else:
         new, restored = store.rewind(sid, spec), []
@@ -254,6 +254,9 @@ def info(ctx: click.Context, session: str, as_json: bool) -> None:
     Example:
       ags info 3f2a
     """
+    from agent.tokens import describe_usage
+    from objstore import session_usage  # loaded by the commands that size sessions only
+
     store = open_store(ctx)
     usage = session_usage(store, session)
     # The agent's totals say which calls the server counted (agent/tokens.py).
@@ -331,6 +334,8 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
     """
     store = open_store(ctx)
     if not yes:  # only the preview pays for the sizes: they walk every session
+        from objstore import session_usage
+
         usage = session_usage(store, session)
         s = usage.session
         raise InvalidInput(

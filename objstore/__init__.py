@@ -8,9 +8,17 @@ Everything other code uses is exported here and listed in ``__all__``
 (tests/test_public_api.py keeps the list and checks that the command line,
 the agent and the web pages use nothing else); the submodules are the
 engine's own business.
+
+Only the errors and the limits are imported with the package; every other name
+is imported from its submodule when it is first used (PEP 562), so a program
+that needs ``Store`` does not load search, export or gc.
 """
 
-from .diff import FileDelta, SessionDiff, diff_files, diff_sessions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AgsError,
     AmbiguousSpec,
@@ -36,17 +44,6 @@ from .errors import (
     UnknownSpec,
     UnsafeStore,
 )
-from .exchange import (
-    ImportResult,
-    encode_document,
-    export_session,
-    import_document,
-    read_document,
-)
-from .file_paths import check_file_path
-from .files import write_private_file
-from .fsck import FsckReport, Problem, check_store
-from .gc import GcReport, collect_garbage
 from .limits import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
@@ -54,13 +51,79 @@ from .limits import (
     depth_exceeds,
     parse_json,
 )
-from .nodes import FileChange, Node, Span
-from .object_store import MIN_GRACE
-from .reflog import ReflogEntry
-from .resolve import Target, project_root
-from .search import SearchHit, SearchIndex, content_text, fts_query
-from .stats import SessionUsage, StoreUsage, session_usage, store_usage
-from .store import LogEntry, SessionInfo, Store
+
+# name -> the submodule that defines it, imported on first use
+_LAZY: dict[str, str] = {
+    "FileDelta": "diff",
+    "SessionDiff": "diff",
+    "diff_files": "diff",
+    "diff_sessions": "diff",
+    "ImportResult": "exchange",
+    "encode_document": "exchange",
+    "export_session": "exchange",
+    "import_document": "exchange",
+    "read_document": "exchange",
+    "check_file_path": "file_paths",
+    "write_private_file": "files",
+    "FsckReport": "fsck",
+    "Problem": "fsck",
+    "check_store": "fsck",
+    "GcReport": "gc",
+    "collect_garbage": "gc",
+    "FileChange": "nodes",
+    "Node": "nodes",
+    "Span": "nodes",
+    "MIN_GRACE": "object_store",
+    "ReflogEntry": "reflog",
+    "Target": "resolve",
+    "project_root": "resolve",
+    "SearchHit": "search",
+    "SearchIndex": "search",
+    "content_text": "search",
+    "fts_query": "search",
+    "SessionUsage": "stats",
+    "StoreUsage": "stats",
+    "session_usage": "stats",
+    "store_usage": "stats",
+    "LogEntry": "store",
+    "SessionInfo": "store",
+    "Store": "store",
+}
+
+if TYPE_CHECKING:  # what the names are, for type checkers
+    from .diff import FileDelta, SessionDiff, diff_files, diff_sessions
+    from .exchange import (
+        ImportResult,
+        encode_document,
+        export_session,
+        import_document,
+        read_document,
+    )
+    from .file_paths import check_file_path
+    from .files import write_private_file
+    from .fsck import FsckReport, Problem, check_store
+    from .gc import GcReport, collect_garbage
+    from .nodes import FileChange, Node, Span
+    from .object_store import MIN_GRACE
+    from .reflog import ReflogEntry
+    from .resolve import Target, project_root
+    from .search import SearchHit, SearchIndex, content_text, fts_query
+    from .stats import SessionUsage, StoreUsage, session_usage, store_usage
+    from .store import LogEntry, SessionInfo, Store
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later uses find it without calling here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "MAX_DEPTH",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import objects
+from .block_reader import BlockReader
 from .errors import (
     CorruptObject,
     DamagedIndex,
@@ -310,10 +311,23 @@ class ObjectStore:
         return found
 
     def get_many(self, oids: list[str]) -> list[tuple[str, bytes]]:
-        """``(kind, body)`` of each object, in order, each verified against its id. A
-        context's messages sit in a few blocks, which each pack keeps decoded while
-        they are read (packs.BLOCK_CACHE)."""
-        return [self.get(oid) for oid in oids]
+        """``(kind, body)`` of each object, in order: each block they sit in is decoded
+        and checked once (block_reader.py)."""
+        return BlockReader(self).get_many(oids)
+
+    def in_block(self, oid: str) -> tuple[SealedPack, int, int, int] | None:
+        """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
+        None at once for an object in a pack being written (``get`` reads those first),
+        so the newest messages beside a live writer cost no search of every index."""
+        if (self._writer is not None and oid in self._writer.index) or any(
+            p.find(oid) for p in self._open.values()
+        ):
+            return None
+        for sealed in self._sealed.values():
+            where = sealed.in_block(oid)
+            if where is not None:
+                return sealed, *where
+        return None
 
     def body_size(self, oid: str) -> int:
         """The uncompressed size of an object (0 if it cannot be read)."""

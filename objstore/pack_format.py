@@ -120,6 +120,26 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
         pos += head + length
 
 
+def block_entries(content: bytes) -> list[tuple[str, int, int]]:
+    """What ``iter_block`` yields, as a list: the same checks, in a loop kept tight for
+    readers that take a whole block at once (block_reader.py)."""
+    unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
+    entries: list[tuple[str, int, int]] = []
+    add = entries.append
+    pos = 0
+    try:
+        while pos < size:
+            raw, length = unpack(content, pos)
+            pos += head
+            add((raw.hex(), pos, length))
+            pos += length
+    except struct.error:
+        raise ValueError(f"a block entry is cut at {pos}") from None
+    if pos != size:
+        raise ValueError("the last block entry runs past the end of the block")
+    return entries
+
+
 def encode_index(
     entries: Iterable[tuple[str, tuple[int, ...]]], pack_length: int, version: int = 1
 ) -> bytes:

@@ -539,6 +539,31 @@ class SealedPack:
             raise CorruptObject(oid, f"its block at offset {off} cannot be read ({e})") from None
         return objects.verified(oid, content[inner : inner + length])
 
+    def in_block(self, oid: str) -> tuple[int, int, int] | None:
+        """Where the object sits in a block: (payload offset of the block's record, offset
+        of its ``kind + NUL + body`` in the block's content, length); None if this pack
+        holds it in no block."""
+        loc = self.find(oid)
+        if loc is None or self.version == 1 or loc[1] == NOT_IN_A_BLOCK:
+            return None
+        return loc[0], loc[1], loc[2]
+
+    def checked_block(self, off: int) -> bytes | None:
+        """The content of the block whose record payload starts at ``off``, if its frame
+        matches the record's checksum (the BLAKE3 of the frame, 5.1) and decompresses;
+        None otherwise (then ``get`` reads and verifies each object alone).
+
+        Every writer of a block verified each object in it against its id (5.5), so
+        an object of a block that matches its checksum needs no hash of its own."""
+        try:
+            _type, checksum, _length = RECORD_HEAD.unpack_from(self._data, off - RECORD_HEAD.size)
+            with self._frame(off) as frame:
+                if blake3.blake3(frame).digest() != checksum:
+                    return None
+                return decompress_block(frame)
+        except (ValueError, struct.error):
+            return None
+
     def content_length(self, oid: str) -> int | None:
         """The length of ``kind + NUL + body`` if the index says it (version 2)."""
         loc = self.find(oid)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import canonical
+from .block_reader import BlockReader
 from .errors import (
     CorruptObject,
     InvalidInput,
@@ -295,7 +296,7 @@ def default_store_path() -> Path:
     return Path(os.environ.get("AGS_STORE") or Path.home() / ".ags").expanduser().absolute()
 
 
-def _read_node(objects: ObjectStore, node_id: str) -> Node:
+def _read_node(objects: ObjectStore | BlockReader, node_id: str) -> Node:
     kind, body = objects.get(node_id)
     if kind != "node":
         raise CorruptObject(node_id, f"expected a node, found a {kind}")
@@ -753,11 +754,16 @@ class Store:
         node_id = self.target(spec).node
         if node_id is None:
             return []
-        blob_ids = context_blobs(node_id, self._node)
-        return [
-            self._blob_value(blob_id, kind, body)
-            for blob_id, (kind, body) in zip(blob_ids, self.objects.get_many(blob_ids), strict=True)
-        ]
+        # One reader for the walk and the messages: the blocks the walk decoded
+        # hold the messages too, and are decoded once.
+        reader = BlockReader(self.objects)
+        blob_ids = context_blobs(node_id, partial(_read_node, reader))
+        bodies = reader.blob_bodies(blob_ids)
+        try:
+            return canonical.loads_many(bodies)
+        except ValueError:  # read each again, to name the blob that is not JSON
+            pairs = zip(blob_ids, bodies, strict=True)
+            return [self._blob_value(oid, "blob", body) for oid, body in pairs]
 
     def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:
         """The nodes of the history at ``spec``, newest first (walk.py; ``spans``: skip

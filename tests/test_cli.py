@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from conftest import store_with_damaged_message, tree_snapshot
@@ -143,7 +144,10 @@ def test_command_through_the_installed_script(world, args, expected):
 
 def test_every_command_has_help_with_an_example():
     runner = CliRunner()
-    for name, command in cli.commands.items():
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):  # loads each command's module
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
         result = runner.invoke(cli, [name, "--help"])
         assert result.exit_code == 0, name
         assert "Example" in result.output, f"{name} --help has no example"

@@ -8,6 +8,7 @@ import os
 import stat
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from conftest import tree_snapshot
@@ -182,7 +183,7 @@ def test_remote_commands_need_a_store(tmp_path: Path) -> None:
 
 
 def test_every_remote_subcommand_has_an_example() -> None:
-    group = cli.commands["remote"]
+    group = cli.get_command(click.Context(cli), "remote")
     for name in group.commands:  # type: ignore[attr-defined]
         result = CliRunner().invoke(cli, ["remote", name, "--help"])
         assert result.exit_code == 0 and "Example" in result.output, name

@@ -1,0 +1,117 @@
+"""Reading many objects at once: what a context, a walk or an export needs.
+
+A ``BlockReader`` decodes each block it meets once, checks it whole by its
+checksum (FORMAT.md 5.5), and keeps it for as long as the reader lives. The
+first object it takes from a block is found by the pack index and checked
+against the entry head the block holds before it; once a second is wanted,
+the reader lists the whole block by the ids the block itself holds, so every
+further object of it costs one dictionary lookup: no index search, no
+decompression, no hash of its own. (A context mostly reads whole blocks; an
+old message that a later one repeats sits alone in an older block, which is
+then not listed.)
+
+An object that is in no such block (in a pack being written, a loose file, a
+plain record, a block that fails its checksum) is read by
+``ObjectStore.get``, verified against its id as always.
+
+A reader keeps at most MAX_BLOCKS decoded blocks (about 128 KiB each), the
+oldest decoded let go first; make one per task and drop it, rather than keep
+it for the life of a store handle.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
+
+from .errors import CorruptObject
+from .pack_format import BLOCK_ENTRY_HEAD, block_entries
+
+if TYPE_CHECKING:
+    from .object_store import ObjectStore
+
+_KINDS: Final = {b"blob": "blob", b"node": "node", b"file": "file"}
+_HEAD: Final = BLOCK_ENTRY_HEAD.size
+MAX_BLOCKS: Final = 256
+"""Decoded blocks one reader keeps (about 32 MiB): a context of about 20,000
+messages, far beyond what a model takes, is read with each block decoded once;
+a longer one decodes some twice rather than hold them all."""
+
+
+class BlockReader:
+    """Objects of one store, read through the blocks they sit in (see the module)."""
+
+    def __init__(self, objects: ObjectStore) -> None:
+        self._objects = objects
+        # id -> (content of its block, offset of its kind + NUL + body there, length)
+        self._located: dict[str, tuple[bytes, int, int]] = {}
+        # (pack name, record payload offset) -> the block's content, and the ids of its
+        # objects once they are in ``_located`` (None before); oldest decoded first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, list[str] | None]] = OrderedDict()
+
+    def get(self, oid: str) -> tuple[str, bytes]:
+        """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
+        hit = self._located.get(oid) or self._take(oid)
+        if hit is None:
+            return self._objects.get(oid)
+        content, at, length = hit
+        kind = _KINDS.get(content[at : at + 4])
+        if kind is None or content[at + 4] != 0:
+            raise CorruptObject(oid, "its block holds no kind for it")
+        return kind, content[at + 5 : at + length]
+
+    def get_many(self, oids: list[str]) -> list[tuple[str, bytes]]:
+        """``(kind, body)`` of each object, in order."""
+        return [self.get(oid) for oid in oids]
+
+    def blob_bodies(self, oids: list[str]) -> list[bytes]:
+        """The body of each blob, in order (CorruptObject for an object of another kind)."""
+        located, bodies = self._located, []
+        for oid in oids:
+            hit = located.get(oid) or self._take(oid)
+            if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
+                content, at, length = hit
+                bodies.append(content[at + 5 : at + length])
+                continue
+            kind, body = self.get(oid)  # names the kind, or what is wrong
+            if kind != "blob":
+                raise CorruptObject(oid, f"expected a blob, found a {kind}")
+            bodies.append(body)
+        return bodies
+
+    def _take(self, oid: str) -> tuple[bytes, int, int] | None:
+        """Where ``oid`` is in a checked block, decoding that block if it is new; None if
+        it is in none (or the index and the block disagree)."""
+        found = self._objects.in_block(oid)
+        if found is None:
+            return None
+        pack, off, at, length = found
+        key = (pack.path.name, off)
+        block = self._blocks.get(key)
+        if block is None:
+            content = pack.checked_block(off)
+            if content is None:
+                return None
+            self._blocks[key] = (content, None)
+            if len(self._blocks) > MAX_BLOCKS:
+                _, (_, members) = self._blocks.popitem(last=False)
+                for member in members or ():
+                    self._located.pop(member, None)
+            # The index's word, checked against the entry head the block holds.
+            if not _HEAD <= at <= len(content) - length:
+                return None
+            if BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD) != (bytes.fromhex(oid), length):
+                return None
+            return content, at, length
+        content, listed = block
+        if listed is not None:
+            return None  # the block does not hold it, whatever the index says
+        try:
+            entries = block_entries(content)
+        except ValueError:
+            return None
+        self._blocks[key] = (content, [member for member, _, _ in entries])
+        located = self._located
+        for member, member_at, member_length in entries:
+            located[member] = (content, member_at, member_length)
+        return located.get(oid)

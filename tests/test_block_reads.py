@@ -1,0 +1,183 @@
+"""Reading a context in bulk (objstore/block_reader.py): a block is checked whole by its
+checksum (FORMAT.md 5.5), and still no read returns content that differs from what
+was written.
+
+The stores are real, sealed on close into block packs; the damage is done to the
+files on disk, the way a disk or a careless hand would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import store_with_damaged_message
+
+from objstore import CorruptObject, ObjectError, Store, block_reader
+from objstore.canonical import dumps
+from objstore.fsck import check_store
+from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
+from objstore.pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, RECORD_HEAD, parse_index
+
+
+def messages(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user" if i % 2 else "assistant", "content": f"message {i} " * 8}
+            for i in range(n)]  # fmt: skip
+
+
+def sealed_session(path: Path, n: int) -> str:
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in messages(n):
+            s.append(sid, message)
+    return sid
+
+
+def only_pack(path: Path) -> Path:
+    (pack,) = (path / "objects" / "pack").glob("*.pack")
+    return pack
+
+
+def block_records(pack: Path) -> list[tuple[int, int]]:
+    """(offset of the record, offset after it) of each record of a block pack."""
+    data, at, records = pack.read_bytes(), 8, []
+    while at < len(data):
+        _type, _id, length = RECORD_HEAD.unpack_from(data, at)
+        records.append((at, at + RECORD_HEAD.size + length))
+        at += RECORD_HEAD.size + length
+    return records
+
+
+def test_a_long_context_reads_back_exactly_from_several_blocks(tmp_path: Path) -> None:
+    sid = sealed_session(tmp_path / "s", 600)
+    assert len(block_records(only_pack(tmp_path / "s"))) >= 3  # the walk crosses blocks
+    with Store.open(tmp_path / "s") as s:
+        assert s.context(sid) == messages(600)
+        assert s.context(f"{sid}~100") == messages(500)
+
+
+def test_a_context_longer_than_the_blocks_a_reader_keeps_reads_back_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(block_reader, "MAX_BLOCKS", 1)
+    sid = sealed_session(tmp_path / "s", 600)
+    with Store.open(tmp_path / "s") as s:
+        assert s.context(sid) == messages(600)
+
+
+def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: Path) -> None:
+    """A flipped bit anywhere in a block record (its checksum, its length, its zstd
+    frame) never gives a context that differs from the one written."""
+    path = tmp_path / "s"
+    sid = sealed_session(path, 12)
+    pack = only_pack(path)
+    good = pack.read_bytes()
+    (start, end), *_ = block_records(pack)
+    errors = 0
+    for at in range(start, end):
+        damaged = bytearray(good)
+        damaged[at] ^= 0x10
+        pack.write_bytes(damaged)
+        try:
+            with Store.open(path) as s:
+                context = s.context(sid)
+        except ObjectError:
+            errors += 1
+            continue
+        assert context == messages(12), f"byte {at} flipped gave another context"
+    assert errors > (end - start) // 2  # most flips are seen, none is returned
+
+
+def shift_index_entries(index: Path, which: set[bytes] | None, by: int) -> None:
+    """Move where the index says objects sit in their blocks (all, or those in ``which``)."""
+    data = bytearray(index.read_bytes())
+    for i in range(parse_index(data).entries):
+        at = ENTRIES_AT + i * BLOCK_IDX_ENTRY.size
+        raw, off, inner, length = BLOCK_IDX_ENTRY.unpack_from(data, at)
+        if which is None or raw in which:
+            BLOCK_IDX_ENTRY.pack_into(data, at, raw, off, max(0, inner + by), length)
+    index.write_bytes(data)  # its checksum is now wrong too: fsck's to name
+
+
+@pytest.mark.parametrize("shift", [-41, 1, 40])
+def test_an_index_that_points_into_the_wrong_place_is_not_believed(
+    tmp_path: Path, shift: int
+) -> None:
+    """The index is derived data: where it sends a reader is checked against the entry
+    heads the block itself holds, so a damaged entry gives an error or the right
+    object, never another one."""
+    path = tmp_path / "s"
+    sid = sealed_session(path, 5)
+    with Store.open(path) as s:
+        first = s.node(s.node_id(f"{sid}~4")).content
+    index = only_pack(path).with_suffix(".idx")
+    good = index.read_bytes()
+    shift_index_entries(index, {bytes.fromhex(first)}, shift)
+    with Store.open(path) as s:
+        assert s.context(sid) == messages(5)  # the block lists it by its own ids
+    index.write_bytes(good)
+    shift_index_entries(index, None, shift)
+    with Store.open(path) as s, pytest.raises(CorruptObject):
+        s.context(sid)
+
+
+def test_a_block_rewritten_with_a_matching_checksum_is_named_by_fsck_and_object_reads(
+    tmp_path: Path,
+) -> None:
+    """What a bulk read trusts is the block's checksum; a block written again with
+    damaged content and a checksum to match is found by fsck and by reading the
+    object alone (``log``, ``show``), which hash every object against its id."""
+    path = tmp_path / "s"
+    sid, blob, _ = store_with_damaged_message(path, "precious " * 40)
+    with Store.open(path) as s:
+        with pytest.raises(CorruptObject, match=blob):
+            list(s.log(sid))
+        problems = [str(p) for p in check_store(s).problems]
+    assert any(blob in p and "does not hash to its id" in p for p in problems)
+
+
+def test_an_integer_beyond_64_bits_comes_back_exactly(tmp_path: Path) -> None:
+    big = {"role": "tool", "content": "n", "values": [2**64, -(2**63) - 1, 2**70, 1.5e300]}
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in [*messages(20), big, *messages(3)]:
+            s.append(sid, message)
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context[20] == big and type(context[20]["values"][0]) is int
+
+
+def test_a_blob_nested_too_deeply_is_refused_by_a_context_read(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, messages(1)[0])
+        node = json.loads(s.raw_object(s.node_id(sid))[1])
+        deep: Any = "leaf"
+        for _ in range(MAX_DEPTH + 1):
+            deep = [deep]
+        node["message"] = s.put_raw("blob", json.dumps(deep, separators=(",", ":")).encode())
+        s.tag("deep", s.put_raw("node", dumps(node)))
+    with Store.open(path) as s, pytest.raises(CorruptObject, match="nested deeper"):
+        s.context("tags/deep")
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [b'{"a":1}', b'"x"', b"[]", b"18446744073709551616", b'{"n":[-9223372036854775809]}'],
+        [b"1e300", b'{"f":9.3e18}', b"[" * MAX_DEPTH + b"]" * MAX_DEPTH],
+    ],
+)
+def test_parsing_many_texts_gives_what_parsing_each_gives(texts: list[bytes]) -> None:
+    assert parse_json_many(texts) == [parse_json(t) for t in texts]
+    assert [type(v) for v in parse_json_many(texts)] == [type(parse_json(t)) for t in texts]
+
+
+def test_parsing_many_texts_refuses_what_parsing_each_refuses() -> None:
+    too_deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    for texts in ([b"{}", too_deep], [b"{}", b"{nope"]):
+        with pytest.raises(ValueError):
+            parse_json_many(texts)
