@@ -25,6 +25,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from .errors import CorruptObject
+from .objects import ID_RE
 from .pack_format import BLOCK_ENTRY_HEAD, block_members, iter_block
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ class BlockReader:
     def _take(self, oid: str) -> tuple[bytes, int, int] | None:
         """Where ``oid`` is in a checked block, decoding that block if it is new; None if
         it is in none (or the index and the block disagree)."""
+        if not ID_RE.fullmatch(oid):
+            return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
         if found is None:
             return None
