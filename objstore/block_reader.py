@@ -25,7 +25,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from .errors import CorruptObject
-from .pack_format import BLOCK_ENTRY_HEAD, block_entries
+from .objects import ID_RE
+from .pack_format import BLOCK_ENTRY_HEAD, block_members, iter_block
 
 if TYPE_CHECKING:
     from .object_store import ObjectStore
@@ -45,9 +46,9 @@ class BlockReader:
         self._objects = objects
         # id -> (content of its block, offset of its kind + NUL + body there, length)
         self._located: dict[str, tuple[bytes, int, int]] = {}
-        # (pack name, record payload offset) -> the block's content, and the ids of its
-        # objects once they are in ``_located`` (None before); oldest decoded first
-        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, list[str] | None]] = OrderedDict()
+        # (pack name, record payload offset) -> the block's content, and whether its
+        # objects are in ``_located`` (listed); oldest decoded first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, bool]] = OrderedDict()
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
@@ -82,6 +83,8 @@ class BlockReader:
     def _take(self, oid: str) -> tuple[bytes, int, int] | None:
         """Where ``oid`` is in a checked block, decoding that block if it is new; None if
         it is in none (or the index and the block disagree)."""
+        if not ID_RE.fullmatch(oid):
+            return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
         if found is None:
             return None
@@ -92,11 +95,12 @@ class BlockReader:
             content = pack.checked_block(off)
             if content is None:
                 return None
-            self._blocks[key] = (content, None)
+            self._blocks[key] = (content, False)
             if len(self._blocks) > MAX_BLOCKS:
-                _, (_, members) = self._blocks.popitem(last=False)
-                for member in members or ():
-                    self._located.pop(member, None)
+                _, (dropped, was_listed) = self._blocks.popitem(last=False)
+                if was_listed:  # it was listed whole, so it divides into entries
+                    for member, _, _ in iter_block(dropped):
+                        self._located.pop(member, None)
             # The index's word, checked against the entry head the block holds.
             if not _HEAD <= at <= len(content) - length:
                 return None
@@ -104,14 +108,12 @@ class BlockReader:
                 return None
             return content, at, length
         content, listed = block
-        if listed is not None:
+        if listed:
             return None  # the block does not hold it, whatever the index says
         try:
-            entries = block_entries(content)
+            members = block_members(content)
         except ValueError:
             return None
-        self._blocks[key] = (content, [member for member, _, _ in entries])
-        located = self._located
-        for member, member_at, member_length in entries:
-            located[member] = (content, member_at, member_length)
-        return located.get(oid)
+        self._blocks[key] = (content, True)
+        self._located.update(members)
+        return members.get(oid)

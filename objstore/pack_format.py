@@ -120,24 +120,24 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
         pos += head + length
 
 
-def block_entries(content: bytes) -> list[tuple[str, int, int]]:
-    """What ``iter_block`` yields, as a list: the same checks, in a loop kept tight for
-    readers that take a whole block at once (block_reader.py)."""
+def block_members(content: bytes) -> dict[str, tuple[bytes, int, int]]:
+    """Each object of a block's content by id: ``(content, offset, length)`` of its ``kind +
+    NUL + body``, as ``iter_block`` finds them, with the same checks; in one loop kept
+    tight for readers that take a whole block at once (block_reader.py)."""
     unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
-    entries: list[tuple[str, int, int]] = []
-    add = entries.append
+    members: dict[str, tuple[bytes, int, int]] = {}
     pos = 0
     try:
         while pos < size:
             raw, length = unpack(content, pos)
             pos += head
-            add((raw.hex(), pos, length))
+            members[raw.hex()] = (content, pos, length)
             pos += length
     except struct.error:
         raise ValueError(f"a block entry is cut at {pos}") from None
     if pos != size:
         raise ValueError("the last block entry runs past the end of the block")
-    return entries
+    return members
 
 
 def encode_index(

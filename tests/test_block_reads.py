@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import store_with_damaged_message
 
-from objstore import CorruptObject, ObjectError, Store, block_reader
+from objstore import CorruptObject, InvalidName, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
@@ -162,6 +162,20 @@ def test_a_blob_nested_too_deeply_is_refused_by_a_context_read(tmp_path: Path) -
         s.tag("deep", s.put_raw("node", dumps(node)))
     with Store.open(path) as s, pytest.raises(CorruptObject, match="nested deeper"):
         s.context("tags/deep")
+
+
+@pytest.mark.parametrize("link", ["nope", "ZZ" * 32, "AB" * 32])
+def test_a_node_naming_no_object_id_is_a_clear_error_for_a_context_read(
+    tmp_path: Path, link: str
+) -> None:
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        s.append(sid, messages(1)[0])
+        node = json.loads(s.raw_object(s.node_id(sid))[1])
+        s.tag("odd", s.put_raw("node", dumps(dict(node, message=link))))
+    with Store.open(path) as s, pytest.raises(InvalidName, match="not an object id"):
+        s.context("tags/odd")
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,11 @@ from objstore.pack_format import (
     TYPE_OBJECT,
     TYPE_REF,
     Record,
+    block_members,
+    encode_block,
     encode_index,
     encode_record,
+    iter_block,
     iter_records,
     parse_index,
     scan_buffer,
@@ -76,3 +79,20 @@ def test_a_damaged_index_is_refused_saying_what_is_wrong(damage: object, why: st
     index = encode_index([(A.hex(), (8, 100)), (B.hex(), (145, 7))], pack_length=152)
     with pytest.raises(DamagedIndex, match=why):
         parse_index(damage(index))  # type: ignore[operator]
+
+
+def test_a_block_lists_by_id_what_iterating_it_finds() -> None:
+    content = encode_block([("ab" * 32, b"blob\0[1]"), ("01" + "cd" * 31, b"node\0{}")])
+    members = block_members(content)
+    assert members == {oid: (content, at, n) for oid, at, n in iter_block(content)}
+    assert members["ab" * 32] == (content, 36, 8)
+    assert content[36 : 36 + 8] == b"blob\0[1]"
+
+
+@pytest.mark.parametrize("cut", [1, 20, 36 + 7, 36 + 8 + 30])
+def test_a_block_cut_anywhere_is_refused_when_listed(cut: int) -> None:
+    content = encode_block([("ab" * 32, b"blob\0[1]"), ("01" + "cd" * 31, b"node\0{}")])
+    with pytest.raises(ValueError, match="cut|past the end"):
+        block_members(content[:cut])
+    with pytest.raises(ValueError):
+        list(iter_block(content[:cut]))
