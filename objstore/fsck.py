@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import canonical
 from .errors import AgsError, ObjectError
+from .limits import check_json_text
 from .nodes import Node, parse_node
 from .permissions import access_report
 from .reach import node_links
@@ -165,7 +165,7 @@ class _Seen:
             if kind != "blob":  # a file object's body is any bytes
                 return []
             try:
-                canonical.loads(body)  # within the format's limits, as every read needs it
+                check_json_text(body)  # within the format's limits, as every read needs it
             except ValueError as e:
                 return [Problem(oid, f"is not a blob ags can read: {e}")]
             return []
@@ -174,18 +174,28 @@ class _Seen:
         except ObjectError as e:
             self.other_kinds[key] = "node"  # a node, though not one ags can read
             return [Problem(oid, str(e).removeprefix(f"object {oid} "))]
-        self.nodes.add(key)
+        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
+        nodes.add(key)
         self.node_key.append(key)
-        self.node_parent.append(-1 if node.parent is None else _key(node.parent))
-        self.node_content.append(_key(node.content))
+        parent = -1 if node.parent is None else _key(node.parent)
+        content = _key(node.content)
+        self.node_parent.append(parent)
+        self.node_content.append(content)
         self.node_compaction.append(node.is_compaction)
         self.node_messages.append(node.messages if type(node.messages) is int else -1)
         if node.span is not None:
             after = -1 if node.span.after is None else _key(node.span.after)
             self.spans.append((oid, after, array("q", map(_key, node.span.messages))))
+        elif (
+            not node.kept
+            and not node.files
+            and (parent == -1 or parent in nodes)
+            and content in blobs
+            and (node.state is None or _key(node.state) in blobs)
+        ):
+            return []  # what nearly every node is: each link names what was read before it
         problems: list[Problem] = []
         deferred = False
-        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
         for link in node_links(node):
             target = _key(link.target)
             # kind(), inline: this runs for every link of every node of the store
