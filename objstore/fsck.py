@@ -72,6 +72,7 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     problems += [Problem(name, why) for name, why in record_problems]
     if progress:
         progress(seen.count, seen.count)
+    problems += seen.settle_waiting()
     seen.finish()
     problems += seen.link_problems(store)
     problems += seen.span_problems()
@@ -84,6 +85,7 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     return FsckReport(seen.unique(), len(ref_names), list(dict.fromkeys(problems)), warnings)
 
 
+WAIT_OBJECTS: Final = 1024  # objects read before a node's unresolved links are checked
 _KINDS: Final = ("node", "blob", "file")  # what a link may name (reach.Link.kind), by code
 _KIND_CODES: Final = {kind: code for code, kind in enumerate(_KINDS)}
 
@@ -105,8 +107,9 @@ class _Seen:
     nodes as arrays of the parts the checks need, never whole Node objects.
 
     A node's links are checked as it is read when their targets were read before
-    it (objects are written after what they name, so nearly always), and after the
-    last object otherwise."""
+    it (objects are written after what they name, so nearly always); otherwise
+    once WAIT_OBJECTS more objects are read (a merge may have put a node before
+    its message in their block), and after the last object if still unresolved."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -131,6 +134,7 @@ class _Seen:
         self.node_compaction = bytearray()
         self.node_messages = array("q")
         self.spans: list[tuple[str, int, array[int]]] = []  # node id, after key, messages
+        self.waiting: list[tuple[str, Node]] = []  # nodes whose links wait (WAIT_OBJECTS)
 
     def kind(self, key: int) -> str | None:
         if self.finished:
@@ -155,6 +159,20 @@ class _Seen:
 
     def add(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
         self.count += 1
+        if len(self.waiting) and self.count % WAIT_OBJECTS == 0:
+            return self._read(oid, result) + self.settle_waiting()
+        return self._read(oid, result)
+
+    def settle_waiting(self) -> list[Problem]:
+        """Check the links of the nodes that waited; what is still missing waits for
+        the last object."""
+        problems = []
+        for oid, node in self.waiting:
+            problems += self._links(oid, node)
+        self.waiting = []
+        return problems
+
+    def _read(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
         key = _key(oid)
         if isinstance(result, ObjectError):
             self.unreadable.add(key)
@@ -174,7 +192,7 @@ class _Seen:
         except ObjectError as e:
             self.other_kinds[key] = "node"  # a node, though not one ags can read
             return [Problem(oid, str(e).removeprefix(f"object {oid} "))]
-        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
+        nodes, blobs = self.nodes, self.blobs
         nodes.add(key)
         self.node_key.append(key)
         parent = -1 if node.parent is None else _key(node.parent)
@@ -194,6 +212,13 @@ class _Seen:
             and (node.state is None or _key(node.state) in blobs)
         ):
             return []  # what nearly every node is: each link names what was read before it
+        self.waiting.append((oid, node))
+        return []
+
+    def _links(self, oid: str, node: Node) -> list[Problem]:
+        """Check a node's links against what was read; one whose target was not read
+        yet waits for the last object."""
+        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
         problems: list[Problem] = []
         deferred = False
         for link in node_links(node):

@@ -685,7 +685,7 @@ class ObjectStore:
             self.refresh()
             chosen = [p for p in chosen if self._sealed.get(p.path.stem) is p]
             loose = [item for item in loose if os.path.lexists(item[1])]
-            swept = IdSet()
+            swept = IdSet(key_bytes=8)  # only counted: 8 bytes of an id do (id_set.py)
             freed = 0
             for pack in chosen:
                 for oid, size, _content in pack.sizes():

@@ -715,7 +715,7 @@ class SealedPack:
                     members = block_entries(content)
                 except ValueError:
                     content, members = None, self._members(off)
-                if off + length - released > RELEASE_EVERY:
+                if off + length - released > RELEASE_EVERY // 4:  # a merge holds much else
                     released = self._release_pages(off - RECORD_HEAD.size)
                 yield block, content, members
         finally:
