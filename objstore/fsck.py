@@ -134,7 +134,9 @@ class _Seen:
         self.node_compaction = bytearray()
         self.node_messages = array("q")
         self.spans: list[tuple[str, int, array[int]]] = []  # node id, after key, messages
-        self.waiting: list[tuple[str, Node]] = []  # nodes whose links wait (WAIT_OBJECTS)
+        # Nodes whose links wait (WAIT_OBJECTS): id, node, whether it is simple (a
+        # parent, a content, a state), and those three keys (-1: none).
+        self.waiting: list[tuple[str, Node, bool, int, int, int]] = []
 
     def kind(self, key: int) -> str | None:
         if self.finished:
@@ -167,8 +169,15 @@ class _Seen:
         """Check the links of the nodes that waited; what is still missing waits for
         the last object."""
         problems = []
-        for oid, node in self.waiting:
-            problems += self._links(oid, node)
+        nodes, blobs = self.nodes, self.blobs
+        for oid, node, simple, parent, content, state in self.waiting:
+            if not (
+                simple
+                and (parent == -1 or parent in nodes)
+                and content in blobs
+                and (state == -1 or state in blobs)
+            ):
+                problems += self._links(oid, node)
         self.waiting = []
         return problems
 
@@ -204,15 +213,17 @@ class _Seen:
         if node.span is not None:
             after = -1 if node.span.after is None else _key(node.span.after)
             self.spans.append((oid, after, array("q", map(_key, node.span.messages))))
-        elif (
-            not node.kept
-            and not node.files
+        # What nearly every node is: a parent, a message and a state, and nothing else.
+        simple = node.span is None and not node.kept and not node.files
+        state = -1 if node.state is None else _key(node.state)
+        if (
+            simple
             and (parent == -1 or parent in nodes)
             and content in blobs
-            and (node.state is None or _key(node.state) in blobs)
+            and (state == -1 or state in blobs)
         ):
-            return []  # what nearly every node is: each link names what was read before it
-        self.waiting.append((oid, node))
+            return []  # each link names what was read before it
+        self.waiting.append((oid, node, simple, parent, content, state))
         return []
 
     def _links(self, oid: str, node: Node) -> list[Problem]:
