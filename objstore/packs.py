@@ -689,8 +689,8 @@ class SealedPack:
     def blocks(self) -> Iterator[tuple[bytes, bytes | None, list[tuple[str, int, int]]]]:
         """For each block (version 2): its record (header and frame, to copy as it is),
         its content (None if it cannot be read), and its objects' (id, offset, length):
-        those the content lists, or for a block that cannot be read, those the index
-        puts in it.
+        those the content lists, or for a block that cannot be read or whose entries
+        are cut short, those the index puts in it.
 
         The blocks are read in pack order, found by walking the records, not grouped
         from the index (a merge reads every object of a store: grouping took about
@@ -712,9 +712,13 @@ class SealedPack:
                 content: bytes | None
                 try:
                     content = decompress_block(block[RECORD_HEAD.size :])
-                    members = block_entries(content)
                 except ValueError:
                     content, members = None, self._members(off)
+                else:
+                    try:
+                        members = block_entries(content)
+                    except ValueError:  # entries cut short: each object is tried alone
+                        members = self._members(off)
                 if off + length - released > RELEASE_EVERY // 4:  # a merge holds much else
                     released = self._release_pages(off - RECORD_HEAD.size)
                 yield block, content, members
