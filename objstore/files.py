@@ -38,6 +38,7 @@ from .errors import InvalidInput, UnsafeStore
 # Plain strings on the hot path (an append touches several files): pathlib's
 # object churn costs more than the system calls it wraps.
 StrPath = str | os.PathLike[str]
+Data = bytes | Iterable[bytes | bytearray]  # a file's bytes, whole or in pieces
 
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
@@ -125,8 +126,9 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
         fsync_dir(os.path.dirname(path))
 
 
-def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
-    """Write ``data`` to a new uniquely named file in ``tmp_dir``; return its path."""
+def write_new(tmp_dir: StrPath, data: Data, *, durable: bool = True) -> str:
+    """Write ``data`` (bytes, or pieces of them in order) to a new uniquely named file
+    in ``tmp_dir``; return its path."""
     tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
     try:
         fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -134,9 +136,10 @@ def write_new(tmp_dir: StrPath, data: bytes, *, durable: bool = True) -> str:
         make_dirs(tmp_dir)
         fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        for piece in [data] if isinstance(data, bytes | bytearray) else data:
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
         elif _START_WRITEBACK is not None:
@@ -167,7 +170,7 @@ def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
         fsync_dir(parent)
 
 
-def atomic_write(tmp_dir: StrPath, dest: StrPath, data: bytes, *, durable: bool = True) -> None:
+def atomic_write(tmp_dir: StrPath, dest: StrPath, data: Data, *, durable: bool = True) -> None:
     """The whole protocol: ``dest`` holds ``data`` afterwards, or is unchanged."""
     replace(write_new(tmp_dir, data, durable=durable), dest, durable=durable)
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from . import canonical
 from .errors import AgsError, ObjectError
+from .limits import check_json_text
 from .nodes import Node, parse_node
 from .permissions import access_report
 from .reach import node_links
@@ -72,6 +72,7 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     problems += [Problem(name, why) for name, why in record_problems]
     if progress:
         progress(seen.count, seen.count)
+    problems += seen.settle_waiting()
     seen.finish()
     problems += seen.link_problems(store)
     problems += seen.span_problems()
@@ -84,6 +85,7 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
     return FsckReport(seen.unique(), len(ref_names), list(dict.fromkeys(problems)), warnings)
 
 
+WAIT_OBJECTS: Final = 1024  # objects read before a node's unresolved links are checked
 _KINDS: Final = ("node", "blob", "file")  # what a link may name (reach.Link.kind), by code
 _KIND_CODES: Final = {kind: code for code, kind in enumerate(_KINDS)}
 
@@ -105,8 +107,9 @@ class _Seen:
     nodes as arrays of the parts the checks need, never whole Node objects.
 
     A node's links are checked as it is read when their targets were read before
-    it (objects are written after what they name, so nearly always), and after the
-    last object otherwise."""
+    it (objects are written after what they name, so nearly always); otherwise
+    once WAIT_OBJECTS more objects are read (a merge may have put a node before
+    its message in their block), and after the last object if still unresolved."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -131,6 +134,9 @@ class _Seen:
         self.node_compaction = bytearray()
         self.node_messages = array("q")
         self.spans: list[tuple[str, int, array[int]]] = []  # node id, after key, messages
+        # Nodes whose links wait (WAIT_OBJECTS): id, node, whether it is simple (a
+        # parent, a content, a state), and those three keys (-1: none).
+        self.waiting: list[tuple[str, Node, bool, int, int, int]] = []
 
     def kind(self, key: int) -> str | None:
         if self.finished:
@@ -155,6 +161,27 @@ class _Seen:
 
     def add(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
         self.count += 1
+        if len(self.waiting) and self.count % WAIT_OBJECTS == 0:
+            return self._read(oid, result) + self.settle_waiting()
+        return self._read(oid, result)
+
+    def settle_waiting(self) -> list[Problem]:
+        """Check the links of the nodes that waited; what is still missing waits for
+        the last object."""
+        problems = []
+        nodes, blobs = self.nodes, self.blobs
+        for oid, node, simple, parent, content, state in self.waiting:
+            if not (
+                simple
+                and (parent == -1 or parent in nodes)
+                and content in blobs
+                and (state == -1 or state in blobs)
+            ):
+                problems += self._links(oid, node)
+        self.waiting = []
+        return problems
+
+    def _read(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
         key = _key(oid)
         if isinstance(result, ObjectError):
             self.unreadable.add(key)
@@ -165,7 +192,7 @@ class _Seen:
             if kind != "blob":  # a file object's body is any bytes
                 return []
             try:
-                canonical.loads(body)  # within the format's limits, as every read needs it
+                check_json_text(body)  # within the format's limits, as every read needs it
             except ValueError as e:
                 return [Problem(oid, f"is not a blob ags can read: {e}")]
             return []
@@ -174,18 +201,37 @@ class _Seen:
         except ObjectError as e:
             self.other_kinds[key] = "node"  # a node, though not one ags can read
             return [Problem(oid, str(e).removeprefix(f"object {oid} "))]
-        self.nodes.add(key)
+        nodes, blobs = self.nodes, self.blobs
+        nodes.add(key)
         self.node_key.append(key)
-        self.node_parent.append(-1 if node.parent is None else _key(node.parent))
-        self.node_content.append(_key(node.content))
+        parent = -1 if node.parent is None else _key(node.parent)
+        content = _key(node.content)
+        self.node_parent.append(parent)
+        self.node_content.append(content)
         self.node_compaction.append(node.is_compaction)
         self.node_messages.append(node.messages if type(node.messages) is int else -1)
         if node.span is not None:
             after = -1 if node.span.after is None else _key(node.span.after)
             self.spans.append((oid, after, array("q", map(_key, node.span.messages))))
+        # What nearly every node is: a parent, a message and a state, and nothing else.
+        simple = node.span is None and not node.kept and not node.files
+        state = -1 if node.state is None else _key(node.state)
+        if (
+            simple
+            and (parent == -1 or parent in nodes)
+            and content in blobs
+            and (state == -1 or state in blobs)
+        ):
+            return []  # each link names what was read before it
+        self.waiting.append((oid, node, simple, parent, content, state))
+        return []
+
+    def _links(self, oid: str, node: Node) -> list[Problem]:
+        """Check a node's links against what was read; one whose target was not read
+        yet waits for the last object."""
+        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
         problems: list[Problem] = []
         deferred = False
-        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
         for link in node_links(node):
             target = _key(link.target)
             # kind(), inline: this runs for every link of every node of the store

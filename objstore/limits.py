@@ -120,6 +120,23 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     return value
 
 
+def check_json_text(text: bytes, max_depth: int = MAX_DEPTH) -> None:
+    """Raise what ``parse_json(text, max_depth)`` would raise, if anything, faster: for
+    fsck, which checks that every blob of a store can be read but needs no value.
+
+    Whether a text is read does not depend on integers beyond 64 bits (``parse_json``
+    only reads those again, exactly), so orjson accepting the text and its nesting
+    being within ``max_depth`` decide; the nesting is walked only when the text opens
+    more containers than that."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        parse_json(text, max_depth)  # the standard parser decides, and says why
+        return
+    if text.count(b"[") + text.count(b"{") > max_depth and depth_exceeds(value, max_depth):
+        raise NestingTooDeep(max_depth)
+
+
 def parse_json_many(texts: list[bytes], max_depth: int = MAX_DEPTH) -> list[Any]:
     """``[parse_json(t, max_depth) for t in texts]``, with less work per text for the
     common case (a context is thousands of short texts): a text orjson cannot read,

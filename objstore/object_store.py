@@ -685,7 +685,7 @@ class ObjectStore:
             self.refresh()
             chosen = [p for p in chosen if self._sealed.get(p.path.stem) is p]
             loose = [item for item in loose if os.path.lexists(item[1])]
-            swept = IdSet()
+            swept = IdSet(key_bytes=8)  # only counted: 8 bytes of an id do (id_set.py)
             freed = 0
             for pack in chosen:
                 for oid, size, _content in pack.sizes():
@@ -734,13 +734,13 @@ class ObjectStore:
         it. A damaged copy with no good one is kept as it is, for fsck to report: a
         plain record, or the whole block that cannot be read."""
         self._before_blocks()
-        merged = BlockPackWriter(self.pack_dir, self._tmp_dir)
-        copied = IdSet(sum(pack.count for pack in packs) + len(extra or ()))
+        expected = sum(pack.count for pack in packs) + len(extra or ())
+        merged = BlockPackWriter(self.pack_dir, self._tmp_dir, expected)
         damaged: dict[str, bytes] = {}
         broken: list[tuple[bytes, list[tuple[str, int, int]]]] = []
 
         def wanted(oid: str) -> bool:
-            return oid not in copied and (keep is None or oid in keep)
+            return (keep is None or oid in keep) and oid not in merged
 
         def take_stored(oid: str, stored: bytes) -> None:
             if not wanted(oid):
@@ -751,7 +751,6 @@ class ObjectStore:
                 damaged.setdefault(oid, stored)  # unless a good copy turns up
                 return
             merged.add_content(oid, kind.encode("ascii") + b"\0" + body)
-            copied.add(oid)
 
         try:
             # Oldest first: what was written together stays together (a context's
@@ -774,12 +773,11 @@ class ObjectStore:
                             damaged.setdefault(oid, objects.stored_as_is(piece))
                             continue
                         merged.add_content(oid, piece)
-                        copied.add(oid)
                 if progress:
                     progress(i + 1, len(packs))
             for oid, path in extra or []:
                 take_stored(oid, read_file(path))
-            merged.add([(oid, stored) for oid, stored in damaged.items() if oid not in copied])
+            merged.add([(oid, stored) for oid, stored in damaged.items() if oid not in merged])
             for record, members in broken:
                 left = [m for m in members if wanted(m[0])]
                 if left and record:

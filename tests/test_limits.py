@@ -33,6 +33,7 @@ from objstore.limits import (
     MAX_INDEXED_CHARS,
     MAX_OBJECT_BYTES,
     NestingTooDeep,
+    check_json_text,
     depth_exceeds,
     parse_json,
 )
@@ -466,3 +467,31 @@ def _numbers(value: object) -> list[object]:
     if isinstance(value, list):
         return [n for v in value for n in _numbers(v)]
     return [value] if isinstance(value, int | float) else []
+
+
+def test_fsck_s_quick_check_of_a_blob_refuses_exactly_what_a_read_refuses():
+    """fsck checks each blob with ``check_json_text``, which builds no exact value:
+    it must accept and refuse the very texts ``parse_json`` does."""
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    texts = [
+        b'{"a": 1}',
+        b"[" * MAX_DEPTH + b"]" * MAX_DEPTH,  # at the limit
+        deep,
+        b'{"s": "' + b"[" * 300 + b'"}',  # brackets in a string open nothing
+        b'{"big": 123456789012345678901234567890}',  # beyond 64 bits: read exactly
+        b"NaN",  # the standard parser's, not orjson's
+        b'"\\ud800"',  # a lone surrogate escaped
+        b'{"a": }',
+        b"",
+        b"\xff",
+        b'{"a": 1} x',
+    ]
+    for text in texts:
+        try:
+            parse_json(text)
+        except ValueError as e:
+            with pytest.raises(ValueError) as raised:
+                check_json_text(text)
+            assert type(raised.value) is type(e), text
+        else:
+            check_json_text(text)
