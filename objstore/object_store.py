@@ -274,9 +274,9 @@ class ObjectStore:
             if loc:
                 return w.read(loc)
         for pack in self._open.values():
-            loc = pack.find(oid)
-            if loc:
-                return pack.read_object(oid, loc)
+            stored = pack.stored(oid)
+            if stored is not None:
+                return stored
         return None
 
     def _loose(self, oid: str) -> bytes | None:

@@ -978,6 +978,26 @@ class OpenPack:
             self._hex = {raw.hex(): self._location(at) for raw, at in self._raw.items()}
         return self._hex
 
+    def stored(self, oid: str) -> bytes | None:
+        """The stored form of ``oid`` if the pack holds it (as far as it is scanned):
+        ``read_object(oid, find(oid))`` in one lookup, for the newest objects a reader
+        beside a live writer reads."""
+        try:
+            start = self._raw.get(bytes.fromhex(oid)) if len(oid) == 64 else None
+        except ValueError:  # not hex: no object's id
+            return None
+        if start is None:
+            loc = self.find(oid)  # in a block, or not here
+            return None if loc is None else self.read_object(oid, loc)
+        found = self._chunk(start, RECORD_HEAD.size)
+        if found is None:
+            return self.read(self._location(start))
+        chunk, at = found
+        payload, length = payload_location(chunk, at)
+        if payload + length > len(chunk):  # never, as a scan keeps whole records
+            return self.read(self._location(start))
+        return chunk[payload : payload + length]
+
     def holds(self, oid: str) -> bool:
         """Whether the pack holds ``oid`` as far as it is scanned (``find`` without
         working out where)."""
@@ -1073,6 +1093,7 @@ class OpenPack:
 
     def close(self) -> None:
         os.close(self._fd)
+        self._bases, self._chunks = [], []
 
 
 def rebuild_index(pack_path: Path, tmp_dir: Path) -> int:
