@@ -74,7 +74,9 @@ class BlockReader:
                 content, at, length = hit
                 bodies.append(content[at + 5 : at + length])
                 continue
-            kind, body = self.get(oid)  # names the kind, or what is wrong
+            # Not in a checked block (``_take`` has looked): read as ``get`` reads it,
+            # which names the kind, or what is wrong.
+            kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
             if kind != "blob":
                 raise CorruptObject(oid, f"expected a blob, found a {kind}")
             bodies.append(body)

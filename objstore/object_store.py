@@ -145,9 +145,10 @@ class ObjectStore:
 
     def _refresh(self, *, recover: bool) -> None:
         try:
-            names = os.listdir(self.pack_dir)
+            listed = os.listdir(self.pack_dir)
         except FileNotFoundError:
             return
+        names = set(listed)
         own = self._writer.path.name if self._writer else None
         for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
@@ -155,7 +156,7 @@ class ObjectStore:
             del self._damaged[stem]
         for stem in [stem for stem in self._open if f"{stem}.pack" not in names]:
             self._forget_open(stem)  # sealed into a block pack, which this listing holds
-        for name in names:
+        for name in listed:
             if not name.endswith(".pack") or name == own:
                 continue
             stem = name[: -len(".pack")]
@@ -273,9 +274,9 @@ class ObjectStore:
             if loc:
                 return w.read(loc)
         for pack in self._open.values():
-            loc = pack.find(oid)
-            if loc:
-                return pack.read_object(oid, loc)
+            stored = pack.stored(oid)
+            if stored is not None:
+                return stored
         return None
 
     def _loose(self, oid: str) -> bytes | None:
@@ -320,7 +321,7 @@ class ObjectStore:
         None at once for an object in a pack being written (``get`` reads those first),
         so the newest messages beside a live writer cost no search of every index."""
         if (self._writer is not None and oid in self._writer.index) or any(
-            p.find(oid) for p in self._open.values()
+            p.holds(oid) for p in self._open.values()
         ):
             return None
         for sealed in self._sealed.values():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 import blake3
@@ -68,36 +68,73 @@ def iter_records(
         pos += head + length
 
 
+_ID_AT: Final = 1  # a record head's id, after its type byte
+_LENGTH_AT: Final = 33  # a record head's payload length, after type and id
+_LENGTH: Final = struct.Struct("<I")
+
+
+def payload_location(data: bytes | memoryview, start: int, base: int = 0) -> Location:
+    """Where the payload is of the record whose head starts at ``data[start]``
+    (``data[0]`` being at pack offset ``base``)."""
+    return base + start + RECORD_HEAD.size, _LENGTH.unpack_from(data, start + _LENGTH_AT)[0]
+
+
 @dataclass(slots=True)
 class Scan:
     """What a scan of pack records found: objects by id, ref updates in pack order,
-    and the offset where readable records end."""
+    and the offset where readable records end.
 
-    objects: dict[str, Location] = field(default_factory=dict)
-    refs: list[tuple[bytes, Location]] = field(default_factory=list)
-    end: int = 0
+    The scan itself keeps only where each record starts in ``data`` (a binary id
+    for an object); locations and hex ids are made when asked. Every process that
+    opens a store scans the packs being written, a record per object and per
+    journaled update: making a hex id and a location for each was half that scan."""
+
+    data: bytes | memoryview
+    base: int  # the pack offset of data[0]
+    raw_objects: dict[bytes, int]  # binary id -> where its record starts in data
+    ref_starts: list[int]  # where each ref-update record starts in data
+    end: int  # pack offset where readable records end
+
+    def location(self, start: int) -> Location:
+        """The pack location of the payload of the record starting at ``start``."""
+        return payload_location(self.data, start, self.base)
+
+    @property
+    def objects(self) -> dict[str, Location]:
+        return {raw.hex(): self.location(at) for raw, at in self.raw_objects.items()}
+
+    def checksum(self, start: int) -> bytes:
+        """The checksum (id field) of the record starting at ``start``."""
+        return bytes(self.data[start + _ID_AT : start + _LENGTH_AT])
+
+    @property
+    def refs(self) -> list[tuple[bytes, Location]]:
+        """(checksum, location) of each ref-update record, in pack order."""
+        return [(self.checksum(at), self.location(at)) for at in self.ref_starts]
 
 
-def scan_buffer(
-    data: bytes | memoryview, base: int, types: tuple[int, ...] = (TYPE_OBJECT, TYPE_REF)
-) -> Scan:
-    """Every record of ``data`` (as ``iter_records`` reads them), sorted by type (blocks
-    go with the ref updates: a checksum and where the payload is). Every process
-    that opens a store scans the packs being written: this loop is kept tight."""
-    objects: dict[str, Location] = {}
-    others: list[tuple[bytes, Location]] = []
-    unpack, head, size, pos = RECORD_HEAD.unpack_from, RECORD_HEAD.size, len(data), 0
+def scan_buffer(data: bytes | memoryview, base: int, start: int = 0) -> Scan:
+    """Every object and ref-update record of ``data`` from ``data[start]`` on (as
+    ``iter_records`` reads them), up to the first that is cut short or of another
+    type. Every process that opens a store scans the packs being written: this loop
+    is kept tight."""
+    objects: dict[bytes, int] = {}
+    others: list[int] = []
+    add = others.append
+    unpack, head, size, pos = RECORD_HEAD.unpack_from, RECORD_HEAD.size, len(data), start
     while pos + head <= size:
         rtype, raw, length = unpack(data, pos)
         end = pos + head + length
-        if end > size or rtype not in types:
+        if end > size:
             break
         if rtype == TYPE_OBJECT:
-            objects[raw.hex()] = (base + pos + head, length)
+            objects[raw] = pos
+        elif rtype == TYPE_REF:
+            add(pos)
         else:
-            others.append((raw, (base + pos + head, length)))
+            break
         pos = end
-    return Scan(objects, others, base + pos)
+    return Scan(data, base, objects, others, base + pos)
 
 
 def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:

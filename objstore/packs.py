@@ -23,6 +23,7 @@ tail unindexed.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import mmap
 import os
@@ -64,6 +65,7 @@ from .pack_format import (
     iter_block,
     iter_records,
     parse_index,
+    payload_location,
     scan_buffer,
     sorted_index_chunks,
 )
@@ -958,18 +960,28 @@ class SealedPack:
 
 
 class OpenPack:
-    """A pack without an index, seen by a reader: scanned, and rescanned as it grows."""
+    """A pack without an index, seen by a reader: scanned, and rescanned as it grows.
+
+    A scan notes where each record starts, nothing more (pack_format.Scan), and
+    its bytes are kept: a reader beside a live writer reads most of the newest
+    objects, each then a slice, not a pread. (At most about MAX_PACK_BYTES: a
+    writer seals its pack past that.)"""
 
     def __init__(self, pack_path: Path) -> None:
         self.path = pack_path
         self._fd = open_fd(pack_path, os.O_RDONLY)  # its header is checked by refresh
-        self.index: dict[str, Location] = {}
+        self._raw: dict[bytes, int] = {}  # binary id -> pack offset of its record
+        self._hex: dict[str, Location] | None = None  # ``index``, made when first asked
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
-        # Ref updates in pack order, looked at only when a ref is read (most opens
-        # read one or two), newest first: which ref each names, once; a full decode
-        # only for the record a read takes.
-        self._refs: list[tuple[bytes, Location]] = []
+        # What each scan read: pack offsets ascending; no record spans two, as a scan
+        # stops at a record's end.
+        self._bases: list[int] = []
+        self._chunks: list[bytes] = []
+        # Ref updates in pack order (the offsets of their records), looked at only when
+        # a ref is read (most opens read one or two), newest first: which ref each
+        # names, once; a full decode only for the record a read takes.
+        self._refs: list[int] = []
         self._names: dict[int, str | None] = {}  # record number -> the ref it names
         self._newest: dict[str, tuple[int, dict[str, Any]]] = {}  # verified, per ref
         self.refresh()
@@ -983,10 +995,42 @@ class OpenPack:
                 return
             if head != PACK_MAGIC:
                 return  # no header: left by a crash (recovery decides), never a writer's
-            scan = scan_records(self._fd, self._scanned, end)
-            self.index.update(scan.objects)
-            self._refs += scan.refs
+            # The first scan reads from the pack's start, so the offsets it notes are
+            # the pack's own: no record-by-record translation.
+            base = 0 if self._scanned == len(PACK_MAGIC) else self._scanned
+            data = os.pread(self._fd, end - base, base)
+            scan = scan_buffer(data, base, self._scanned - base)
+            if scan.end == self._scanned:
+                return
+            self._bases.append(base)
+            self._chunks.append(data if scan.end == end else data[: scan.end - base])
+            if base == 0:
+                self._raw.update(scan.raw_objects)
+                self._refs += scan.ref_starts
+            else:
+                self._raw.update({raw: base + at for raw, at in scan.raw_objects.items()})
+                self._refs += [base + at for at in scan.ref_starts]
+            self._hex = None
             self._scanned = scan.end
+
+    def _chunk(self, off: int, length: int) -> tuple[bytes, int] | None:
+        """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them."""
+        i = bisect.bisect_right(self._bases, off) - 1
+        if i < 0:
+            return None
+        at = off - self._bases[i]
+        chunk = self._chunks[i]
+        return (chunk, at) if at + length <= len(chunk) else None
+
+    def _location(self, start: int) -> Location:
+        """Where the payload is of the record starting at pack offset ``start``."""
+        found = self._chunk(start, RECORD_HEAD.size)
+        if found is None:
+            return start + RECORD_HEAD.size, RECORD_HEAD.unpack(
+                self.read((start, RECORD_HEAD.size))
+            )[2]
+        chunk, at = found
+        return payload_location(chunk, at, start - at)
 
     def journaled(self, name: str) -> dict[str, Any] | None:
         """The newest update of ref ``name`` this pack journals (FORMAT.md 9), as far as
@@ -996,9 +1040,10 @@ class OpenPack:
         for i in range(len(self._refs) - 1, -1 if known is None else known[0], -1):
             if self.journaled_name(i) != name:
                 continue
-            checksum, loc = self._refs[i]
+            start = self._refs[i]
+            checksum = RECORD_HEAD.unpack(self.read((start, RECORD_HEAD.size)))[1]
             with suppress(CorruptObject):
-                update = decode_ref_update(checksum, self.read(loc))
+                update = decode_ref_update(checksum, self.read(self._location(start)))
                 if update["ref"] == name:
                     self._newest[name] = (i, update)
                     return update
@@ -1010,7 +1055,7 @@ class OpenPack:
 
     def journaled_name(self, i: int) -> str | None:
         if i not in self._names:
-            self._names[i] = _named_ref(self.read(self._refs[i][1]))
+            self._names[i] = _named_ref(self.read(self._location(self._refs[i])))
         return self._names[i]
 
     def _scan_blocks(self, end: int) -> None:
@@ -1023,21 +1068,66 @@ class OpenPack:
             off, length = record.location
             self._scanned = off + length
             if record.type == TYPE_OBJECT:
-                self.index[record.raw_id.hex()] = (off, length)
+                self._raw[record.raw_id] = off - RECORD_HEAD.size
+                self._hex = None
                 continue
             with suppress(ValueError):
                 content = decompress_block(data[off - base : off - base + length])
                 for oid, inner, n in iter_block(content):
                     self._in_blocks[oid] = (off, length, inner, n)
 
+    @property
+    def index(self) -> dict[str, Location]:
+        """Every object record scanned so far, by hex id."""
+        if self._hex is None:
+            self._hex = {raw.hex(): self._location(at) for raw, at in self._raw.items()}
+        return self._hex
+
+    def stored(self, oid: str) -> bytes | None:
+        """The stored form of ``oid`` if the pack holds it (as far as it is scanned):
+        ``read_object(oid, find(oid))`` in one lookup, for the newest objects a reader
+        beside a live writer reads."""
+        try:
+            start = self._raw.get(bytes.fromhex(oid)) if len(oid) == 64 else None
+        except ValueError:  # not hex: no object's id
+            return None
+        if start is None:
+            loc = self.find(oid)  # in a block, or not here
+            return None if loc is None else self.read_object(oid, loc)
+        found = self._chunk(start, RECORD_HEAD.size)
+        if found is None:
+            return self.read(self._location(start))
+        chunk, at = found
+        payload, length = payload_location(chunk, at)
+        if payload + length > len(chunk):  # never, as a scan keeps whole records
+            return self.read(self._location(start))
+        return chunk[payload : payload + length]
+
+    def holds(self, oid: str) -> bool:
+        """Whether the pack holds ``oid`` as far as it is scanned (``find`` without
+        working out where)."""
+        try:
+            return bytes.fromhex(oid) in self._raw or oid in self._in_blocks
+        except ValueError:  # not hex: no object's id
+            return False
+
     def find(self, oid: str) -> Location | None:
-        found = self.index.get(oid)
+        try:
+            start = self._raw.get(bytes.fromhex(oid)) if len(oid) == 64 else None
+        except ValueError:  # not hex: no object's id
+            return None
+        found = None if start is None else self._location(start)
         if found is None and oid in self._in_blocks:
             return self._in_blocks[oid][:2]
         return found
 
     def read(self, loc: Location) -> bytes:
-        return os.pread(self._fd, loc[1], loc[0])
+        off, length = loc
+        found = self._chunk(off, length)
+        if found is None:
+            return os.pread(self._fd, length, off)
+        chunk, at = found
+        return chunk[at : at + length]
 
     def read_object(self, oid: str, loc: Location) -> bytes:
         """The stored form of an object found by ``find``: from a block, its content
@@ -1098,13 +1188,17 @@ class OpenPack:
             replay(updates)
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
-            self.index = good_objects
+            self._raw = {
+                bytes.fromhex(oid): loc[0] - RECORD_HEAD.size for oid, loc in good_objects.items()
+            }
+            self._hex = None
             return "sealed"
         finally:
             os.close(fd)
 
     def close(self) -> None:
         os.close(self._fd)
+        self._bases, self._chunks = [], []
 
 
 def rebuild_index(pack_path: Path, tmp_dir: Path) -> int:
