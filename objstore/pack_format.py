@@ -177,6 +177,12 @@ def block_members(content: bytes) -> dict[str, tuple[bytes, int, int]]:
     return members
 
 
+def block_entries(content: bytes) -> list[tuple[str, int, int]]:
+    """``(id, offset, length)`` of each object of a block's content, in block order, as
+    ``iter_block`` finds them, with the same checks: what a merge copies in order."""
+    return [(oid, pos, length) for oid, (_c, pos, length) in block_members(content).items()]
+
+
 def encode_index(
     entries: Iterable[tuple[str, tuple[int, ...]]], pack_length: int, version: int = 1
 ) -> bytes:
