@@ -84,8 +84,9 @@ from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
-# 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3). A
-# store is created at 2 and raised when it first needs more (FORMAT.md 2).
+# 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3); 4: heads
+# kept in a pack's journal until it is sealed (9). A store is created at 2 and raised
+# when it first needs more (FORMAT.md 2).
 FORMAT_VERSION: Final = 4
 CREATED_VERSION: Final = 2
 BLOCKS_VERSION: Final = 2
