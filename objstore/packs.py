@@ -408,6 +408,17 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
     return b"".join(parts), encode_index(entries.items(), size, version=2)
 
 
+def verified_block(frame: bytes | memoryview) -> list[tuple[str, int, int]]:
+    """``(id, offset, length)`` of each object of a block frame from elsewhere (a pack
+    received whole, or blocks read by range), every object checked against its id;
+    ValueError or CorruptObject for a frame that is not what it claims."""
+    content = decompress_block(frame)
+    members = list(iter_block(content))
+    for oid, inner, n in members:
+        objects.verified(oid, content[inner : inner + n])
+    return members
+
+
 def verified_block_pack(
     pack: bytes, index: bytes, name: str
 ) -> list[tuple[bytes, list[tuple[str, int, int]]]]:
@@ -429,13 +440,11 @@ def verified_block_pack(
         if record.type != TYPE_BLOCK or blake3.blake3(frame).digest() != record.raw_id:
             raise DamagedPack(f"{name} has a damaged record at byte {off - RECORD_HEAD.size}")
         try:
-            content = decompress_block(frame)
-            members = list(iter_block(content))
-            for oid, inner, n in members:
-                objects.verified(oid, content[inner : inner + n])
-                entries.setdefault(oid, (off, inner, n))
+            members = verified_block(frame)
         except (ValueError, CorruptObject) as e:
             raise DamagedPack(f"{name} has a damaged block at byte {off}: {e}") from None
+        for oid, inner, n in members:
+            entries.setdefault(oid, (off, inner, n))
         blocks.append((pack[off - RECORD_HEAD.size : off + length], members))
         end = off + length
     if end != len(pack):

@@ -25,7 +25,6 @@ from typing import Final
 
 import blake3
 
-from .. import objects
 from ..errors import CorruptObject, DamagedPack
 from ..pack_format import (
     BLOCK_IDX_ENTRY,
@@ -33,10 +32,9 @@ from ..pack_format import (
     ENTRIES_AT,
     RECORD_HEAD,
     TYPE_BLOCK,
-    iter_block,
     parse_index,
 )
-from ..packs import decompress_block
+from ..packs import verified_block
 from ..store import Store
 from .layout import pack_key
 from .storage import RemoteStorage
@@ -113,10 +111,7 @@ def read_blocks(
             ):
                 raise DamagedPack(f"{where} has a damaged record at byte {start + pos}")
             try:
-                content = decompress_block(frame)
-                found = list(iter_block(content))
-                for oid, inner, n in found:
-                    objects.verified(oid, content[inner : inner + n])
+                found = verified_block(frame)
             except (ValueError, CorruptObject) as e:
                 raise DamagedPack(f"{where} has a damaged block at byte {payload}: {e}") from None
             if not members[payload] <= set(found):

@@ -197,34 +197,28 @@ class S3Storage(RemoteStorage):
             self._fail(e, "looking for the bucket")
 
     def _read(self, key: str) -> tuple[bytes, str] | None:
+        return self._get(key, f"reading {key}")
+
+    def _read_range(self, key: str, start: int, end: int) -> bytes | None:
+        what = f"reading bytes {start}-{end - 1} of {key}"
+        got = self._get(key, what, Range=f"bytes={start}-{end - 1}")
+        return None if got is None else got[0]
+
+    def _get(self, key: str, what: str, **extra: Any) -> tuple[bytes, str] | None:
+        """The object's bytes (or the range ``extra`` asks for) and its etag; None if the
+        key is missing."""
         try:
-            reply = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            reply = self._client.get_object(Bucket=self.bucket, Key=self.prefix + key, **extra)
             with reply["Body"] as body:
-                data = body.read()
+                data: bytes = body.read()
             self.stats.add(received=len(data))
             return data, reply["ETag"]
         except bce.ClientError as e:
             if _code(e) == "NoSuchKey":
                 return None
-            self._fail(e, f"reading {key}")
+            self._fail(e, what)
         except Exception as e:
-            self._fail(e, f"reading {key}")
-
-    def _read_range(self, key: str, start: int, end: int) -> bytes | None:
-        try:
-            reply = self._client.get_object(
-                Bucket=self.bucket, Key=self.prefix + key, Range=f"bytes={start}-{end - 1}"
-            )
-            with reply["Body"] as body:
-                data: bytes = body.read()
-            self.stats.add(received=len(data))
-            return data
-        except bce.ClientError as e:
-            if _code(e) == "NoSuchKey":
-                return None
-            self._fail(e, f"reading bytes {start}-{end - 1} of {key}")
-        except Exception as e:
-            self._fail(e, f"reading bytes {start}-{end - 1} of {key}")
+            self._fail(e, what)
 
     def _put_if_absent(self, key: str, data: bytes) -> str | None:
         for attempt in range(IN_FLIGHT_RETRIES + 1):
