@@ -192,7 +192,9 @@ def push_cmd(
         if deleting:
             result = delete_refs(store, storage, refs, force=force)
         else:
-            result = push(store, storage, refs, force=force, progress=_progress(not as_json))
+            seen = store.tracking_refs(name)
+            progress = _progress(not as_json)
+            result = push(store, storage, refs, force=force, progress=progress, seen=seen)
         record_push(store, name, result)
         stats = _stats(storage.stats)
     _print_push(name, result, stats, as_json)

@@ -52,7 +52,8 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
 
 def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]
     with open_storage(location) as storage:
-        result = push(store, storage, list(refs), force=force)
+        seen = store.tracking_refs("origin")  # as `ags push` passes them
+        result = push(store, storage, list(refs), force=force, seen=seen)
         record_push(store, "origin", result)
         return result, storage.stats.requests
 
@@ -637,6 +638,66 @@ def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_
     assert [(p.outcome, p.meta) for p in pulled] == [("updated", ("title",))]
     assert a.session(sid).title == "b's title"
     a.close()
+
+
+def test_a_push_of_metadata_over_metadata_changed_on_the_remote_is_rejected_until_a_pull(
+    tmp_path: Path, location: RemoteLocation
+) -> None:
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.set_title(sid, "a's title")
+    do_push(a, location, f"sessions/{sid}")
+    b.set_title(sid, "b's title")  # b has not seen a's title
+    result, _ = do_push(b, location, f"sessions/{sid}")
+    assert [(r.outcome, r.why) for r in result.refs] == [
+        ("rejected", "the remote has changes you do not have; ags pull first (or --force)")
+    ]
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["meta"]["title"] == "a's title"
+        pull(b, storage, "origin")  # names the title as changed on both sides, keeps b's
+    result, _ = do_push(b, location, f"sessions/{sid}")
+    assert [r.outcome for r in result.refs] == ["updated"]
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["meta"]["title"] == "b's title"
+    a.close()
+    b.close()
+
+
+def test_a_title_pushed_elsewhere_while_a_push_of_metadata_runs_is_not_overwritten(
+    tmp_path: Path,
+) -> None:
+    """The same rejection when the remote's title changes after the push read the
+    cell and before it swaps it: the compare-and-swap fails, and the retry must not
+    go on over the new title."""
+    from objstore.remote.directory import DirectoryStorage
+
+    remote, location = directory_remote(tmp_path)
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, "first title")
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    a.set_title(sid, "a's title")
+    b.set_title(sid, "b's title")
+
+    class Interleaved(DirectoryStorage):
+        def read_cell(self, key: str):  # type: ignore[no-untyped-def]
+            cell = super().read_cell(key)
+            if key == f"refs/sessions/{sid}" and a.session(sid).title != "done":
+                do_push(a, location, f"sessions/{sid}")
+                a.set_title(sid, "done")  # once
+            return cell
+
+    with Interleaved(remote) as storage:
+        result = push(b, storage, [f"sessions/{sid}"], seen=b.tracking_refs("origin"))
+    assert [r.outcome for r in result.refs] == ["rejected"]
+    with open_storage(location) as storage:
+        assert storage.read_cell(f"refs/sessions/{sid}").value["meta"]["title"] == "a's title"
+    a.close()
+    b.close()
 
 
 def test_what_an_importer_remembers_of_local_files_is_not_pushed(

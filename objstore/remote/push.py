@@ -31,7 +31,7 @@ rejected ("ags pull, then push") unless ``force``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -211,11 +211,19 @@ def _plan(
     cell: Cell,
     force: bool,
     fork_point: str | None = None,
+    seen_etag: str | None = None,
+    checked: bool = False,
 ) -> tuple[_Plan, Iterable[str]]:
-    """What to do with one ref, and the objects it needs sent."""
+    """What to do with one ref, and the objects it needs sent. ``checked``: compare
+    ``seen_etag``, the cell's etag when this store last fetched or pushed it (its
+    tracking ref), before a change of metadata alone."""
     value, old, head = cell_value(rec), _target(cell), rec.target
     if cell.value == value:
         return _Plan(rec.name, rec, cell, "up to date"), ()
+    if checked and old == head and cell.exists and not force and cell.etag != seen_etag:
+        # Metadata only, and the remote's changed since this store last saw it: a
+        # pull names what changed on both sides (FORMAT.md 16.5); a push would drop it.
+        return _Plan(rec.name, rec, cell, "rejected"), ()
     if old == head or (head is None and (old is None or force)):
         # Metadata only (or an empty session); emptying a remote history is forced.
         outcome = "updated" if cell.exists else "created"
@@ -313,8 +321,10 @@ def _swap(storage: RemoteStorage, plan: _Plan, force: bool) -> RefPush:
                 return RefPush(plan.ref, old, head, "up to date", etag=current.etag, value=value)
             now = _target(current)
             # Go on only if every object the new version would need is on the remote
-            # already (``now`` reaches it) or was sent by this push.
+            # already (``now`` reaches it) or was sent by this push, and not over
+            # metadata that changed under a push of metadata alone (as ``_plan``).
             safe = now in plan.covered or (plan.everything and (now is None or force))
+            safe = safe and (force or plan.outcome != "updated")
             if not safe:
                 why = "the remote moved since you fetched; ags pull, then push"
                 if force:
@@ -331,8 +341,13 @@ def push(
     *,
     force: bool = False,
     progress: Progress | None = None,
+    seen: Mapping[str, RefRecord] | None = None,
 ) -> PushResult:
     """Push the local refs ``refs`` (``sessions/<id>``, ``tags/<name>``) to ``storage``.
+
+    ``seen``: the remote-tracking refs of this remote by session id
+    (``Store.tracking_refs``); a push that changes only a session's metadata is
+    rejected when the remote's cell moved since its tracking ref saw it.
 
     Checks the server enforces conditional writes, writes the marker on an empty
     remote, reads each ref's cell, sends what is missing as packs, then swaps the
@@ -362,7 +377,12 @@ def push(
     wanted: dict[str, None] = {}  # ordered: a session's objects together
     reader = _Reader(store)
     for ref, rec in records.items():
-        plan, oids = _plan(store, reader, rec, cells[ref], force, fork_points.get(ref))
+        checked = seen is not None and ref_kind(ref) == "sessions"
+        tracked = seen.get(ref_short(ref)) if seen is not None else None
+        seen_etag = tracked.body.get("etag") if tracked is not None else None
+        plan, oids = _plan(
+            store, reader, rec, cells[ref], force, fork_points.get(ref), seen_etag, checked
+        )
         plans.append(plan)
         for oid in oids:
             wanted.setdefault(oid)
