@@ -146,6 +146,45 @@ def test_a_fork_with_one_new_message_sends_only_that_whatever_the_parent_length(
     remote_is_consistent(location, b.path.parent / "check")
 
 
+def test_a_big_push_goes_in_rounds_and_each_cell_moves_only_after_its_objects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push larger than a pack is sent a pack at a time, and sessions whose objects
+    are all stored are swapped before the next pack is built (so what a push holds
+    does not grow with the store); the remote is consistent after every pack."""
+    import importlib
+
+    from objstore.remote.directory import DirectoryStorage
+
+    monkeypatch.setattr(importlib.import_module("objstore.remote.push"), "PACK_CONTENT_BYTES", 4096)
+    remote, location = directory_remote(tmp_path)
+    a = new_store(tmp_path / "a", location)
+    sids = [session_with(a, 12, f"s{i}", pad="x" * 100) for i in range(6)]
+    fork = a.fork(f"{sids[0]}~2", title="fork")  # shares history with an earlier round
+    seen: list[set[str]] = []
+
+    class Checked(DirectoryStorage):
+        def put_new(self, key: str, data: bytes) -> None:
+            super().put_new(key, data)
+            if key.endswith(".idx"):
+                targets = remote_is_consistent(location, tmp_path / f"check{len(seen)}")
+                seen.append(set(targets))
+
+    with Checked(remote) as storage:
+        result = push(a, storage, [f"sessions/{s}" for s in [*sids, fork]])
+    assert {r.outcome for r in result.refs} == {"created"}
+    assert result.packs > 3 and len(seen) == result.packs
+    assert seen[0] == set() and 0 < len(seen[-2]) < 7  # cells moved between packs
+    assert remote_is_consistent(location, tmp_path / "final").keys() == {
+        f"sessions/{s}" for s in [*sids, fork]
+    }
+    from objstore.reach import reachable
+
+    every = reachable([a.node_id(s) for s in [*sids, fork]], a.node)
+    assert result.objects == len(set(every))  # shared history sent once
+    a.close()
+
+
 def test_a_push_the_remote_moved_past_is_refused_unless_forced(
     stores: tuple[Store, Store], location: RemoteLocation, tmp_path: Path
 ) -> None:

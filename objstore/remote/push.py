@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..errors import CorruptObject, InvalidName, RefConflict
+from ..id_set import IdSet
 from ..nodes import SPAN_EVERY, Node, parse_node
 from ..objects import ID_RE
 from ..packs import encode_block_pack
@@ -59,8 +60,9 @@ from .layout import (
 )
 from .storage import Cell, RemoteStorage
 
-PACK_CONTENT_BYTES: Final = 256 * 1024 * 1024
-"""Uncompressed object bytes per pack sent: one PUT (S3 takes 5 GB) held in memory."""
+PACK_CONTENT_BYTES: Final = 64 * 1024 * 1024
+"""Uncompressed object bytes per pack sent: one PUT, whose compressed bytes (about a
+third) and index entries are held in memory while it is built."""
 PARALLEL: Final = 16  # requests in flight for ref cells
 
 Progress = Callable[[str, int, int], None]
@@ -262,6 +264,10 @@ class _Reader:
         self._kept[oid] = b"node\0" + body
         return parse_node(oid, body)
 
+    def forget(self, oid: str) -> None:
+        """Drop what was kept of ``oid``: it will not be sent (another ref sent it)."""
+        self._kept.pop(oid, None)
+
     def contents(self, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
         for oid in oids:
             content = self._kept.pop(oid, None)
@@ -274,37 +280,38 @@ class _Reader:
 def send_objects(
     storage: RemoteStorage,
     store: Store,
-    oids: list[str],
-    progress: Progress | None = None,
+    oids: Iterable[str],
     reader: _Reader | None = None,
+    after_pack: Callable[[], None] | None = None,
 ) -> int:
-    """Send ``oids`` as block packs, each pack before its index; return how many packs."""
-    packs = 0
-    batch: list[tuple[str, bytes]] = []
-    size = 0
-    done = 0
+    """Send ``oids`` as block packs, each pack before its index; return how many packs.
 
-    def flush() -> None:
-        nonlocal packs, batch, size
-        pack, index = encode_block_pack(batch)
+    Objects are compressed block by block as they are read, so what is held is one
+    pack's compressed bytes and index entries, never its objects. ``oids`` may be a
+    generator that plans as it goes: ``after_pack`` runs once each pack is stored,
+    before the next object is asked for, so everything asked for so far is stored."""
+    source = (reader or _Reader(store)).contents(oids)
+    packs = 0
+
+    def one_pack(first: tuple[str, bytes]) -> Iterator[tuple[str, bytes]]:
+        item: tuple[str, bytes] | None = first
+        size = 0
+        while item is not None:
+            yield item
+            size += len(item[1])
+            if size >= PACK_CONTENT_BYTES:
+                return
+            item = next(source, None)
+
+    for first in source:  # each turn takes objects from ``source`` up to a pack's worth
+        pack, index = encode_block_pack(one_pack(first))
         name = new_pack_name()
         storage.put_new(pack_key(name), pack)
         storage.put_new(index_key(name), index)  # after the pack: an index names a whole pack
         packs += 1
-        batch, size = [], 0
-
-    for oid, content in (reader or _Reader(store)).contents(oids):
-        batch.append((oid, content))
-        size += len(content)
-        done += 1
-        if progress is not None and done % 1000 == 0:
-            progress("packing objects", done, len(oids))
-        if size >= PACK_CONTENT_BYTES:
-            flush()
-    if batch:
-        flush()
-    if progress is not None:
-        progress("packing objects", done, len(oids))
+        del pack, index
+        if after_pack is not None:
+            after_pack()
     return packs
 
 
@@ -373,24 +380,43 @@ def push(
         and not _absent(cells, f"sessions/{found[0]}")  # then sent whole, with its parent
     }
     fork_points = _held_fork_points(storage, store, forks)
+    # Refs are planned, sent and swapped in rounds of about one pack, so that what a
+    # push holds does not grow with the store: each cell is swapped once the pack
+    # holding the last object it needs is stored.
     plans: list[_Plan] = []
-    wanted: dict[str, None] = {}  # ordered: a session's objects together
+    ready: list[_Plan] = []  # every object they need is in a stored pack
+    swapped: dict[str, RefPush] = {}
+    sent = IdSet()  # whole ids: a false match would leave an object unsent
     reader = _Reader(store)
-    for ref, rec in records.items():
-        checked = seen is not None and ref_kind(ref) == "sessions"
-        tracked = seen.get(ref_short(ref)) if seen is not None else None
-        seen_etag = tracked.body.get("etag") if tracked is not None else None
-        plan, oids = _plan(
-            store, reader, rec, cells[ref], force, fork_points.get(ref), seen_etag, checked
-        )
-        plans.append(plan)
-        for oid in oids:
-            wanted.setdefault(oid)
-    packs = send_objects(storage, store, list(wanted), progress, reader) if wanted else 0
-    todo = [p for p in plans if p.outcome not in ("up to date", "rejected")]
+
+    def objects() -> Iterator[str]:
+        for done, (ref, rec) in enumerate(records.items(), 1):
+            checked = seen is not None and ref_kind(ref) == "sessions"
+            tracked = seen.get(ref_short(ref)) if seen is not None else None
+            seen_etag = tracked.body.get("etag") if tracked is not None else None
+            plan, oids = _plan(
+                store, reader, rec, cells[ref], force, fork_points.get(ref), seen_etag, checked
+            )
+            plans.append(replace(plan, covered=frozenset()))  # what the result needs
+            for oid in oids:
+                if sent.add(oid):
+                    yield oid
+                else:
+                    reader.forget(oid)
+            ready.append(plan)
+            if progress is not None:
+                progress("sending sessions", done, len(records))
+
     with ThreadPoolExecutor(PARALLEL) as pool:
-        outcomes = pool.map(lambda p: _swap(storage, p, force), todo)
-        swapped = dict(zip((p.ref for p in todo), outcomes, strict=True))
+
+        def swap_ready() -> None:
+            todo = [p for p in ready if p.outcome not in ("up to date", "rejected")]
+            outcomes = pool.map(lambda p: _swap(storage, p, force), todo)
+            swapped.update(zip((p.ref for p in todo), outcomes, strict=True))
+            ready.clear()
+
+        packs = send_objects(storage, store, objects(), reader, swap_ready)
+        swap_ready()
     results = []
     for plan in plans:
         if plan.ref in swapped:
@@ -416,7 +442,7 @@ def push(
                     value=plan.cell.value,
                 )
             )
-    return PushResult(results, len(wanted), packs)
+    return PushResult(results, len(sent), packs)
 
 
 def delete_refs(
