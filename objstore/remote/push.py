@@ -41,7 +41,7 @@ from ..id_set import IdSet
 from ..nodes import SPAN_EVERY, Node, parse_node
 from ..objects import ID_RE
 from ..packs import encode_block_pack
-from ..reach import node_links, reachable
+from ..reach import node_links, reachable, scanning
 from ..refs import RefRecord, ref_kind, ref_short
 from ..store import Store
 from ..walk import walk
@@ -251,14 +251,16 @@ def _plan(
 
 class _Reader:
     """Reads objects for a push once each: a node read to follow its links keeps its
-    content for the pack (a push of a whole history otherwise reads every node twice)."""
+    content for the pack (a push of a whole history otherwise reads every node twice).
+    Reads go through ``reach.scanning``: the objects of a push of many sessions lie
+    all over the store's packs, whose pages would otherwise all stay mapped."""
 
     def __init__(self, store: Store) -> None:
-        self._store = store
         self._kept: dict[str, bytes] = {}
+        self._read = scanning(store.raw_object, store.release_pages)
 
     def node(self, oid: str) -> Node:
-        kind, body = self._store.raw_object(oid)
+        kind, body = self._read(oid)
         if kind != "node":
             raise CorruptObject(oid, f"expected a node, found a {kind}")
         self._kept[oid] = b"node\0" + body
@@ -272,7 +274,7 @@ class _Reader:
         for oid in oids:
             content = self._kept.pop(oid, None)
             if content is None:
-                kind, body = self._store.raw_object(oid)
+                kind, body = self._read(oid)
                 content = kind.encode("ascii") + b"\0" + body
             yield oid, content
 
@@ -386,7 +388,9 @@ def push(
     plans: list[_Plan] = []
     ready: list[_Plan] = []  # every object they need is in a stored pack
     swapped: dict[str, RefPush] = {}
-    sent = IdSet()  # whole ids: a false match would leave an object unsent
+    # 16 bytes of each id: two of the objects of a push sharing them (about one chance
+    # in 10**26 for two million) would leave one unsent; whole ids take twice the memory.
+    sent = IdSet(key_bytes=16)
     reader = _Reader(store)
 
     def objects() -> Iterator[str]:
