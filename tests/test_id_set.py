@@ -58,8 +58,8 @@ def test_ids_whose_slot_is_the_last_wrap_around_to_the_first() -> None:
 
 
 def test_a_mark_of_a_store_takes_about_23_bytes_an_id() -> None:
-    """16 bytes of each id in a table at most 70% full and no larger: two million ids
-    in 46 MB, where whole ids in a table of a power of two took 134 MB."""
+    """16 bytes of each id in a table at most 70% full and no larger: 1.8 million ids
+    in 41 MB, where whole ids in a table of a power of two took 134 MB."""
     tracemalloc.start()
     try:
         ids = IdSet(100_000, key_bytes=MARK_KEY_BYTES)
