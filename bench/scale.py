@@ -6,8 +6,11 @@ minutes). The store is built once with the bulk API (``Store.batch``) under
 ``--dir`` and reused by later runs of the same size. Each command is then
 measured two ways: in this process (open a Store, do the call, close it; the
 median of a few runs after a warm-up), and as the ``ags`` command line in a
-child process, whose wall time and peak RSS (``wait4``'s ``ru_maxrss``) are
-what a user sees.
+child process, whose wall time and peak RSS are what a user sees. ``--only``
+runs some rows (the first search alone takes minutes).
+
+What writes (gc, repack) runs on a copy of the store, made for each such row
+and removed after it: the kept store stays as it was built, search index aside.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ from .measure import disk_bytes
 
 AGS = str(Path(sys.executable).parent / "ags")
 BATCH_SESSIONS = 20  # sessions per batch: one sync per 20 sessions' messages
+SWEPT_SESSIONS = 1_000  # what the "gc (sweeps ...)" row purges before it collects
+IN_PROCESS = ("ls", "log", "search", "search-build", "fsck")
+CLI_ROWS = ("cli-ls", "cli-log", "cli-search", "cli-fsck", "cli-gc", "cli-gc-sweep",
+            "cli-repack", "cli-du", "cli-help")  # fmt: skip
+ROWS = IN_PROCESS + CLI_ROWS
 
 
 def build(path: Path, sessions: int, messages: int) -> float:
@@ -96,7 +104,20 @@ def child(code: str, args: list[str], scratch: Path) -> tuple[float, float, int]
     return seconds, int(out.read_text()) / 1024, proc.returncode
 
 
-def measure(path: Path, runs: int) -> dict[str, Any]:
+def scratch_copy(path: Path, purge: int = 0) -> Path:
+    """A copy of the store at ``path`` to write in, beside it; with ``purge``, that many
+    sessions (every tenth) purged from it, so that gc has their history to sweep."""
+    copy = path.parent / "scratch"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(path, copy, symlinks=True)
+    if purge:
+        with Store.open(copy) as store:
+            for info in store.sessions()[::10][:purge]:
+                store.purge(info.id)
+    return copy
+
+
+def measure(path: Path, runs: int, only: frozenset[str]) -> dict[str, Any]:
     with Store.open(path) as store:
         rows = store.sessions()
         sid = rows[len(rows) // 2].id
@@ -112,6 +133,7 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
         "checked_bytes": disk_bytes(path) - disk_bytes(path / "cache"),
         "session": sid,
         "word": word,
+        "cli": {},
     }
 
     def ls() -> object:
@@ -123,47 +145,65 @@ def measure(path: Path, runs: int) -> dict[str, Any]:
             entries = store.log(sid)
             return [next(entries) for _ in range(20)]
 
-    # The first search builds the index: measured from nothing each run, as a child
-    # (its peak memory is the point), not on an index an earlier run left.
-    for suffix in ("", "-wal", "-shm"):
-        (path / f"cache/search.sqlite{suffix}").unlink(missing_ok=True)
-    build = child(CLI, ["--store", str(path), "search", word], path.parent)
-    out["search_build_s"], out["search_build_rss_mb"], out["search_build_exit"] = build
-
     def search() -> object:
         with Store.open(path) as store, SearchIndex(store) as index:
             return index.search(word)
 
-    out["ls_ms"] = median_ms(ls, runs)
-    out["log20_ms"] = median_ms(log20, runs)
-    out["search_ms"] = median_ms(search, runs)
-    start = time.perf_counter()
-    with Store.open(path) as store:
-        report = check_store(store)
-    out["fsck_s"] = time.perf_counter() - start
-    out["fsck_problems"] = len(report.problems)
-    out["fsck_mb_s"] = out["checked_bytes"] / 1e6 / out["fsck_s"]
+    if "search-build" in only:
+        # The first search builds the index: measured from nothing each run, as a child
+        # (its peak memory is the point), not on an index an earlier run left.
+        for suffix in ("", "-wal", "-shm"):
+            (path / f"cache/search.sqlite{suffix}").unlink(missing_ok=True)
+        build = child(CLI, ["--store", str(path), "search", word], path.parent)
+        out["search_build_s"], out["search_build_rss_mb"], out["search_build_exit"] = build
+        out["cli"]["search (first: builds the index)"] = {
+            "s": build[0], "rss_mb": build[1], "exit": build[2],
+        }  # fmt: skip
+    for name, key, fn in (("ls", "ls_ms", ls), ("log", "log20_ms", log20),
+                          ("search", "search_ms", search)):  # fmt: skip
+        if name in only:
+            out[key] = median_ms(fn, runs)
+    if "fsck" in only:
+        start = time.perf_counter()
+        with Store.open(path) as store:
+            report = check_store(store)
+        out["fsck_s"] = time.perf_counter() - start
+        out["fsck_problems"] = len(report.problems)
+        out["fsck_mb_s"] = out["checked_bytes"] / 1e6 / out["fsck_s"]
     store_arg = ["--store", str(path)]
     repack = "from objstore import Store\nwith Store.open(sys.argv[1]) as s: s.repack()"
-    commands = {
-        "ls": (CLI, [*store_arg, "ls"]),
-        "log -n 20": (CLI, [*store_arg, "log", sid, "-n", "20"]),
-        "search": (CLI, [*store_arg, "search", word]),
-        "fsck": (CLI, [*store_arg, "fsck"]),
-        "gc": (CLI, [*store_arg, "gc", "--grace", "10m"]),
-        "repack (Store.repack)": (repack, [str(path)]),
-        "du": (CLI, [*store_arg, "du"]),
-        "--help (start-up alone)": (CLI, ["--help"]),
-    }
-    out["cli"] = {
-        "search (first: builds the index)": {
-            "s": out["search_build_s"],
-            "rss_mb": out["search_build_rss_mb"],
-            "exit": out["search_build_exit"],
-        }
-    }
-    for name, (code, args) in commands.items():
-        seconds, rss, status = child(code, args, path.parent)
+    gc = ["gc", "--grace", "10m"]
+    # (row, what it is called, code, its arguments, what it needs: None, or the number
+    # of sessions to purge from a copy it runs on, 0 for none)
+    commands: list[tuple[str, str, str, list[str], int | None]] = [
+        ("cli-ls", "ls", CLI, [*store_arg, "ls"], None),
+        ("cli-log", "log -n 20", CLI, [*store_arg, "log", sid, "-n", "20"], None),
+        ("cli-search", "search", CLI, [*store_arg, "search", word], None),
+        ("cli-fsck", "fsck", CLI, [*store_arg, "fsck"], None),
+        ("cli-gc", "gc (nothing to sweep)", CLI, gc, 0),
+        (
+            "cli-gc-sweep",
+            f"gc (sweeps {SWEPT_SESSIONS:,} purged sessions)",
+            CLI,
+            gc,
+            SWEPT_SESSIONS,
+        ),  # fmt: skip
+        ("cli-repack", "repack (Store.repack)", repack, [], 0),
+        ("cli-du", "du", CLI, [*store_arg, "du"], None),
+        ("cli-help", "--help (start-up alone)", CLI, ["--help"], None),
+    ]
+    for row, name, code, args, purge in commands:
+        if row not in only:
+            continue
+        if purge is None:
+            seconds, rss, status = child(code, args, path.parent)
+        else:
+            copy = scratch_copy(path, purge)
+            where = [str(copy)] if code == repack else ["--store", str(copy)]
+            try:
+                seconds, rss, status = child(code, [*where, *args], path.parent)
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
         out["cli"][name] = {"s": seconds, "rss_mb": rss, "exit": status}
     return out
 
@@ -180,14 +220,29 @@ def render(result: dict[str, Any]) -> str:
         f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at the end",
         "",
         "in-process (a new Store each time; median)    measured     target",
-        f"  ls (Store.sessions)                    {r['ls_ms']:>10.1f} ms   <= 50 ms",
-        f"  log S -n 20 (first 20 of Store.log)    {r['log20_ms']:>10.1f} ms   <= 50 ms",
-        f"  search, warm                           {r['search_ms']:>10.1f} ms   <= 100 ms",
-        f"  search, first (builds the index)       {r['search_build_s']:>10.1f} s"
-        "     (a child; see below)",
-        f"  fsck (check_store)                     {r['fsck_mb_s']:>10.1f} MB/s  >= 50 MB/s"
-        f"  ({r['checked_bytes'] / 1e6:,.0f} MB without cache/ in {r['fsck_s']:.0f} s,"
-        f" {r['fsck_problems']} problems)",
+    ]
+    if "ls_ms" in r:
+        lines.append(f"  ls (Store.sessions)                    {r['ls_ms']:>10.1f} ms   <= 50 ms")
+    if "log20_ms" in r:
+        lines.append(
+            f"  log S -n 20 (first 20 of Store.log)    {r['log20_ms']:>10.1f} ms   <= 50 ms"
+        )
+    if "search_ms" in r:
+        lines.append(
+            f"  search, warm                           {r['search_ms']:>10.1f} ms   <= 100 ms"
+        )
+    if "search_build_s" in r:
+        lines.append(
+            f"  search, first (builds the index)       {r['search_build_s']:>10.1f} s"
+            "     (a child; see below)"
+        )
+    if "fsck_mb_s" in r:
+        lines.append(
+            f"  fsck (check_store)                     {r['fsck_mb_s']:>10.1f} MB/s  >= 50 MB/s"
+            f"  ({r['checked_bytes'] / 1e6:,.0f} MB without cache/ in {r['fsck_s']:.0f} s,"
+            f" {r['fsck_problems']} problems)"
+        )
+    lines += [
         "",
         "command line (a child process)           wall time    peak RSS  (target <= 300 MB)",
     ]
@@ -214,7 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rebuild", action="store_true", help="build the store again")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--only",
+        type=lambda text: text.split(","),
+        default=list(ROWS),
+        metavar="ROW[,ROW...]",
+        help=f"the rows to run, of: {', '.join(ROWS)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    unknown = set(args.only) - set(ROWS)
+    if unknown:
+        parser.error(f"no row {', '.join(sorted(unknown))}; rows: {', '.join(ROWS)}")
     path = args.dir / f"scale-{args.sessions}x{args.messages}"
     built = path / "built.json"
     build_s = None
@@ -224,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         built.write_text(json.dumps({"build_s": build_s}))
     else:
         build_s = json.loads(built.read_text()).get("build_s")
-    result = measure(path / "store", args.runs)
+    result = measure(path / "store", args.runs, frozenset(args.only))
     result.update(sessions=args.sessions, messages=args.messages, build_s=build_s)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0

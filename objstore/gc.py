@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from .errors import InvalidInput, SessionBusy, StoreFormatError
-from .id_set import IdSet
+from .id_set import MARK_KEY_BYTES, IdSet
 from .object_store import MIN_GRACE
 from .reach import reach_into, scanning
 from .refs import iso_time, session_ref
@@ -90,7 +90,7 @@ def collect_garbage(
         # An IdSet and a reader that lets go of pack pages: the mark holds every id
         # of the store and reads most of its packs (FORMAT.md 11 gives the bound).
         marked = reach_into(
-            IdSet(store.object_count_hint()),
+            IdSet(store.object_count_hint(), key_bytes=MARK_KEY_BYTES),
             found,
             scanning(store.node, store.release_pages),
         )

@@ -1,17 +1,28 @@
-"""A set of object ids in about 50 bytes an id, for what walks a whole store.
+"""A set of object ids in 16 to 32 bytes an id, for what walks a whole store.
 
 gc's mark, the sweep's copy, and ``du`` each remember every object of the
 store; a Python ``set`` of hex id strings takes about 150 bytes an id (the
 string and the set's slot), 300 MB for two million objects. ``IdSet`` keeps
-the 32 raw bytes of each id in one ``bytearray`` laid out as an open-addressed
-hash table (linear probing, at most 70% full), with optional ``int`` columns
-beside it: nothing is a Python object per id. An id's first 8 bytes are its
-hash: BLAKE3 output is uniform, and whole ids are compared, so two ids that
-share a prefix are still two.
+the first ``key_bytes`` raw bytes of each id in one ``bytearray`` laid out as
+an open-addressed hash table (linear probing, at most 70% full, of any size,
+not a power of two: a table sized for what it will hold is never twice that),
+with optional ``int`` columns beside it: nothing is a Python object per id.
+An id's first 8 bytes are its hash: BLAKE3 output is uniform.
 
-fsck keeps less (the first 60 bits of an id, fsck.py ``_Seen``) because a
-false match there only hides a report; here a false match would make gc
-drop an object, so whole ids are kept.
+gc's mark keeps 16 bytes of an id (``MARK_KEY_BYTES``): 41 MB for the 1.8
+million ids of a store of a million messages, where whole ids in a table of a
+power of two took 134 MB. Two ids that share 16 bytes would be one to the
+mark: the second would be taken as marked already, kept by the sweep, and not
+followed, so what only it reaches could be swept. Among two million ids the
+chance that any two share 128 bits is about n**2 / 2**129, 6e-27, far below
+that of an undetected disk or memory error. Nor can one be made: giving an id
+the 16 bytes of one already in a store takes about 2**128 hashes; a pair made
+together takes about 2**64, but only a node taken as marked loses anything
+(blobs and files link to nothing), and a node's bytes are the store's to
+write (its parent, its time), not something to try 2**64 times.
+
+fsck keeps less still (the first 60 bits of an id, fsck.py ``_Seen``) because
+a false match there only hides a report.
 """
 
 from __future__ import annotations
@@ -20,16 +31,14 @@ from array import array
 from typing import Final
 
 ID_BYTES: Final = 32
+MARK_KEY_BYTES: Final = 16  # what gc's mark keeps of an id (the module docstring says why)
 _MAX_FILL: Final = 0.7
 _MIN_SLOTS: Final = 1024
 
 
 def _slots_for(count: int) -> int:
-    """The smallest power of two that holds ``count`` ids at most 70% full."""
-    slots = _MIN_SLOTS
-    while slots * _MAX_FILL < count:
-        slots *= 2
-    return slots
+    """Enough slots for ``count`` ids at most 70% full."""
+    return max(_MIN_SLOTS, int(count / _MAX_FILL) + 1)
 
 
 class IdSet:
@@ -37,10 +46,10 @@ class IdSet:
     values (0 until set). ``expected``: how many ids it will hold, so that it does
     not grow (growing keeps the old table and the new one for a moment).
 
-    ``key_bytes``: how much of an id is kept. Whole ids (the default) for what
-    decides what is deleted; a prefix of 8 bytes for a count or a size, where
-    two ids sharing one (about one chance in 10**7 for two million ids) only
-    makes a number a little wrong.
+    ``key_bytes``: how much of an id is kept. Whole ids (the default), or 16 bytes
+    for gc's mark (``MARK_KEY_BYTES``: the module docstring argues it); a prefix of
+    8 bytes for a count or a size, where two ids sharing one (about one chance in
+    10**7 for two million ids) only makes a number a little wrong.
 
     The all-zero key marks an empty slot; it is kept apart, in ``_zero``.
     """
@@ -96,14 +105,14 @@ class IdSet:
         return _raw(oid)[: self._key_bytes]
 
     def _home(self, raw: bytes) -> int:
-        return int.from_bytes(raw[:8], "little") & (self._slots - 1)
+        return int.from_bytes(raw[:8], "little") % self._slots
 
     def _slot(self, raw: bytes) -> int:
         """Where ``raw`` is in the table, or -1 (the zero id: 0 if in, else -1)."""
         empty, size = self._empty, self._key_bytes
         if raw == empty:
             return 0 if self._zero is not None else -1
-        table, mask = self._table, self._slots - 1
+        table, slots = self._table, self._slots
         i = self._home(raw)
         while True:
             at = i * size
@@ -111,7 +120,7 @@ class IdSet:
                 return i
             if table.startswith(empty, at):
                 return -1
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < slots else 0
 
     def _put(self, raw: bytes) -> tuple[int, bool]:
         empty, size = self._empty, self._key_bytes
@@ -120,7 +129,7 @@ class IdSet:
             if new:
                 self._zero = [0] * len(self._columns)
             return -1, new
-        table, mask = self._table, self._slots - 1
+        table, slots = self._table, self._slots
         i = self._home(raw)
         while True:
             at = i * size
@@ -128,7 +137,7 @@ class IdSet:
                 return i, False
             if table.startswith(empty, at):
                 break
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < slots else 0
         if (self._count + 1) > self._slots * _MAX_FILL:
             self._grow()
             return self._put(raw)
@@ -142,14 +151,14 @@ class IdSet:
         self._slots *= 2
         table = self._table = bytearray(self._slots * size)
         self._columns = [array("q", bytes(8 * self._slots)) for _ in old_columns]
-        mask = self._slots - 1
+        slots = self._slots
         for at in range(0, len(old_table), size):
             if old_table.startswith(empty, at):
                 continue
             raw = old_table[at : at + size]
-            i = int.from_bytes(raw[:8], "little") & mask
+            i = int.from_bytes(raw[:8], "little") % slots
             while not table.startswith(empty, i * size):
-                i = (i + 1) & mask
+                i = i + 1 if i + 1 < slots else 0
             table[i * size : (i + 1) * size] = raw
             for old, new in zip(old_columns, self._columns, strict=True):
                 new[i] = old[at // size]

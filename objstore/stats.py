@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 
 from .errors import ObjectError, StoreWarning
-from .id_set import IdSet
+from .id_set import MARK_KEY_BYTES, IdSet
 from .nodes import Node
 from .reach import node_links, reach_into, scanning
 from .store import SessionInfo, Store
@@ -144,7 +144,7 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
     # What every other session reaches is most of a big store: an IdSet, read through
     # a reader that lets go of pack pages, as gc's mark does.
     others = reach_into(
-        IdSet(store.object_count_hint()),
+        IdSet(store.object_count_hint(), key_bytes=MARK_KEY_BYTES),
         others_roots,
         scanning(store.node, store.release_pages),
     )
