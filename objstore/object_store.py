@@ -800,6 +800,12 @@ class ObjectStore:
             if name.endswith(".idx") and f"{name[: -len('.idx')]}.pack" not in names:
                 with suppress(FileNotFoundError):
                     (self.pack_dir / name).unlink()
+            # A live index (5.6) whose pack was sealed by a writer that died before
+            # removing it, or was removed.
+            stem = name[: -len(".live")]
+            if name.endswith(".live") and (f"{stem}.pack" not in names or f"{stem}.idx" in names):
+                with suppress(FileNotFoundError):
+                    (self.pack_dir / name).unlink()
         cutoff = time.time() - LEFTOVER_AGE
         try:
             leftovers = list(os.scandir(self._tmp_dir))

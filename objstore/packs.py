@@ -39,10 +39,12 @@ from typing import Any, Final, Literal
 import blake3
 import zstandard
 
-from . import canonical, objects
+from . import canonical, live_index, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .id_set import IdSet
+from .live_index import ENTRY_RECORDS, LIVE_MAGIC
+from .live_index import encode_entry as encode_live_entry
 from .pack_format import (
     BLOCK_ENTRY_HEAD,
     BLOCK_IDX_ENTRY,
@@ -170,6 +172,10 @@ class PackWriter:
         # The newest journaled update of each ref: the truth for that ref (when newer
         # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
         self.journaled: dict[str, dict[str, Any]] = {}
+        # The live index (live_index.py): records written since its last entry.
+        self._live_objects: list[tuple[bytes, int]] = []
+        self._live_refs: list[int] = []
+        self._live_fd = -1 if magic == PACK_MAGIC else -2  # -2: none (a block pack)
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
         """Append records in one write; all of them, or (on an error such as a full
@@ -177,10 +183,16 @@ class PackWriter:
         parts: list[bytes] = []
         added: dict[str, Location] = {}
         offset = self.size
+        live = self._live_fd != -2
+        live_objects, live_refs = len(self._live_objects), len(self._live_refs)
         for rtype, raw_id, payload in records:
             parts.append(encode_record(rtype, raw_id, payload))
             if rtype == TYPE_OBJECT:
                 added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
+                if live:
+                    self._live_objects.append((raw_id, offset))
+            elif live:
+                self._live_refs.append(offset)
             offset += RECORD_HEAD.size + len(payload)
         view = memoryview(b"".join(parts))
         try:
@@ -189,10 +201,35 @@ class PackWriter:
         except BaseException:
             os.ftruncate(self._fd, self.size)
             os.lseek(self._fd, self.size, os.SEEK_SET)
+            del self._live_objects[live_objects:], self._live_refs[live_refs:]
             raise
         self.index.update(added)
         self.size = offset
         self.dirty = True
+        if live and len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
+            self._note_live()
+
+    def _note_live(self) -> None:
+        """Append an entry listing the records written since the last one to the live
+        index (FORMAT.md 5.6), after they are in the pack. Never synced: a hint for
+        readers, which a failure here only makes slower."""
+        entry = encode_live_entry(self.size, self._live_objects, self._live_refs)
+        self._live_objects, self._live_refs = [], []
+        try:
+            if self._live_fd == -1:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+                self._live_fd = open_fd(self.path.with_suffix(".live"), flags)
+                os.write(self._live_fd, LIVE_MAGIC)
+            os.write(self._live_fd, entry)
+        except OSError:
+            self._drop_live_index()  # a full disk: readers scan instead
+
+    def _drop_live_index(self) -> None:
+        if self._live_fd >= 0:
+            os.close(self._live_fd)
+        self._live_fd = -2  # none for this pack any more
+        with suppress(FileNotFoundError):
+            os.unlink(self.path.with_suffix(".live"))
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
@@ -258,11 +295,13 @@ class PackWriter:
         """Let go of the pack (and its flock), once no thread is syncing it."""
         with self._idle:
             self._idle.wait_for(lambda: self._holders == 0)
+        self._drop_live_index()
         os.close(self._fd)
         self._fd = -1
 
     def abandon(self) -> None:
         """Remove a pack that will never be sealed (an error while writing it)."""
+        self._drop_live_index()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
         with suppress(OSError):
@@ -1008,7 +1047,8 @@ class OpenPack:
             # the pack's own: no record-by-record translation.
             base = 0 if self._scanned == len(PACK_MAGIC) else self._scanned
             data = os.pread(self._fd, end - base, base)
-            scan = scan_buffer(data, base, self._scanned - base)
+            listed = self._take_live_index(data) if base == 0 else self._scanned
+            scan = scan_buffer(data, base, listed - base)
             if scan.end == self._scanned:
                 return
             self._bases.append(base)
@@ -1021,6 +1061,41 @@ class OpenPack:
                 self._refs += [base + at for at in scan.ref_starts]
             self._hex = None
             self._scanned = scan.end
+
+    def _take_live_index(self, data: bytes) -> int:
+        """Note the records the writer's live index lists (FORMAT.md 5.6) as a scan of
+        ``data`` (the pack from its start) would, and return where they end: the
+        scan goes on from there. Each entry is taken only if the pack bears it out
+        (its last record has the type, id and length to end where it says); the
+        first that does not ends what is taken."""
+        try:
+            fd = open_fd(self.path.with_suffix(".live"), os.O_RDONLY)
+        except OSError:  # none (yet), or unreadable: a scan finds the same records
+            return len(PACK_MAGIC)
+        try:
+            listed = os.pread(fd, os.fstat(fd).st_size, 0)
+        except OSError:
+            return len(PACK_MAGIC)
+        finally:
+            os.close(fd)
+        taken = len(PACK_MAGIC)
+        for stretch in live_index.parse(listed, taken, len(data)):
+            ids, starts, refs = stretch.object_ids, stretch.object_starts, stretch.ref_starts
+            last_ref = refs[-1] if refs else -1
+            last = max(starts[-1] if starts else -1, last_ref)
+            if last + RECORD_HEAD.size > len(data):
+                break
+            rtype, raw, length = RECORD_HEAD.unpack_from(data, last)
+            if last + RECORD_HEAD.size + length != stretch.end or rtype != (
+                TYPE_REF if last == last_ref else TYPE_OBJECT
+            ):
+                break
+            if rtype == TYPE_OBJECT and raw != ids[-1]:
+                break
+            self._raw.update(zip(ids, starts, strict=True))
+            self._refs += refs
+            taken = stretch.end
+        return taken
 
     def _chunk(self, off: int, length: int) -> tuple[bytes, int] | None:
         """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them."""
@@ -1197,6 +1272,8 @@ class OpenPack:
             replay(updates)
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
+            with suppress(FileNotFoundError):  # its dead writer's live index (5.6)
+                os.unlink(self.path.with_suffix(".live"))
             self._raw = {
                 bytes.fromhex(oid): loc[0] - RECORD_HEAD.size for oid, loc in good_objects.items()
             }
