@@ -77,6 +77,9 @@ MAX_PACK_BYTES: Final = 1024 * 1024
 every process that opens the store scans the packs being written, so a long
 running writer must not make that scan long (about 1,000 messages)."""
 
+READ_WINDOW: Final = 64 * 1024
+"""What a reader reads of a pack at once where its live index saved the scan."""
+
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
 
@@ -1022,6 +1025,7 @@ class OpenPack:
         self._hex: dict[str, Location] | None = None  # ``index``, made when first asked
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
+        self._low = len(PACK_MAGIC)  # what is below this and listed is not read yet
         # What each scan read: pack offsets ascending; no record spans two, as a scan
         # stops at a record's end.
         self._bases: list[int] = []
@@ -1043,16 +1047,19 @@ class OpenPack:
                 return
             if head != PACK_MAGIC:
                 return  # no header: left by a crash (recovery decides), never a writer's
-            # The first scan reads from the pack's start, so the offsets it notes are
-            # the pack's own: no record-by-record translation.
-            base = 0 if self._scanned == len(PACK_MAGIC) else self._scanned
+            listed = self._scanned
+            if listed == len(PACK_MAGIC):
+                listed = self._low = self._take_live_index(end)
+            # A first scan of the whole pack reads from its start, so the offsets it
+            # notes are the pack's own: no record-by-record translation.
+            base = 0 if listed == len(PACK_MAGIC) else listed
             data = os.pread(self._fd, end - base, base)
-            listed = self._take_live_index(data) if base == 0 else self._scanned
             scan = scan_buffer(data, base, listed - base)
             if scan.end == self._scanned:
                 return
-            self._bases.append(base)
-            self._chunks.append(data if scan.end == end else data[: scan.end - base])
+            if scan.end > base:
+                self._bases.append(base)
+                self._chunks.append(data if scan.end == end else data[: scan.end - base])
             if base == 0:
                 self._raw.update(scan.raw_objects)
                 self._refs += scan.ref_starts
@@ -1062,12 +1069,12 @@ class OpenPack:
             self._hex = None
             self._scanned = scan.end
 
-    def _take_live_index(self, data: bytes) -> int:
-        """Note the records the writer's live index lists (FORMAT.md 5.6) as a scan of
-        ``data`` (the pack from its start) would, and return where they end: the
-        scan goes on from there. Each entry is taken only if the pack bears it out
-        (its last record has the type, id and length to end where it says); the
-        first that does not ends what is taken."""
+    def _take_live_index(self, end: int) -> int:
+        """Note the records the writer's live index lists (FORMAT.md 5.6) as a scan
+        would, and return where they end: the scan goes on from there. Each entry is
+        taken only if the pack bears it out (its last record has the type, id and
+        length to end where the entry says); the first that does not ends what is
+        taken. Reads no more of the pack than those records' heads."""
         try:
             fd = open_fd(self.path.with_suffix(".live"), os.O_RDONLY)
         except OSError:  # none (yet), or unreadable: a scan finds the same records
@@ -1079,13 +1086,14 @@ class OpenPack:
         finally:
             os.close(fd)
         taken = len(PACK_MAGIC)
-        for stretch in live_index.parse(listed, taken, len(data)):
+        for stretch in live_index.parse(listed, taken, end):
             ids, starts, refs = stretch.object_ids, stretch.object_starts, stretch.ref_starts
             last_ref = refs[-1] if refs else -1
             last = max(starts[-1] if starts else -1, last_ref)
-            if last + RECORD_HEAD.size > len(data):
+            head = os.pread(self._fd, RECORD_HEAD.size, last)
+            if len(head) != RECORD_HEAD.size:
                 break
-            rtype, raw, length = RECORD_HEAD.unpack_from(data, last)
+            rtype, raw, length = RECORD_HEAD.unpack(head)
             if last + RECORD_HEAD.size + length != stretch.end or rtype != (
                 TYPE_REF if last == last_ref else TYPE_OBJECT
             ):
@@ -1098,13 +1106,26 @@ class OpenPack:
         return taken
 
     def _chunk(self, off: int, length: int) -> tuple[bytes, int] | None:
-        """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them."""
+        """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them;
+        the part of the pack the live index listed is read when first needed."""
         i = bisect.bisect_right(self._bases, off) - 1
-        if i < 0:
-            return None
+        if i < 0 or off - self._bases[i] + length > len(self._chunks[i]):
+            if not len(PACK_MAGIC) <= off < self._low:
+                return None
+            self._read_below(off)
+            i = bisect.bisect_right(self._bases, off) - 1
         at = off - self._bases[i]
         chunk = self._chunks[i]
         return (chunk, at) if at + length <= len(chunk) else None
+
+    def _read_below(self, off: int) -> None:
+        """Read the pack from the window holding ``off`` up to what is read already.
+        A context reads the newest objects, at the end of the pack: only they are read,
+        a few windows in all, not one read per object."""
+        low = max(len(PACK_MAGIC), off - off % READ_WINDOW)
+        self._bases.insert(0, low)
+        self._chunks.insert(0, os.pread(self._fd, self._low - low, low))
+        self._low = low
 
     def _location(self, start: int) -> Location:
         """Where the payload is of the record starting at pack offset ``start``."""
@@ -1186,6 +1207,28 @@ class OpenPack:
         if payload + length > len(chunk):  # never, as a scan keeps whole records
             return self.read(self._location(start))
         return chunk[payload : payload + length]
+
+    def verified_among(self, oids: Iterable[str]) -> dict[str, tuple[str, bytes]]:
+        """``(kind, body)`` of each of ``oids`` the pack holds in an object record (as far
+        as it is scanned) and that verifies against its id: the newest objects of a
+        context beside a live writer, in one pass. One that does not verify is left
+        out, for ``ObjectStore.get`` to name what is wrong with it."""
+        return objects.decode_many(self._payloads(oids))
+
+    def _payloads(self, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        raw_start = self._raw.get
+        for oid in oids:
+            try:
+                start = raw_start(bytes.fromhex(oid))
+            except ValueError:  # not hex: no object's id
+                continue
+            found = None if start is None else self._chunk(start, RECORD_HEAD.size)
+            if found is None:
+                continue
+            chunk, at = found
+            payload, length = payload_location(chunk, at)
+            if payload + length <= len(chunk):
+                yield oid, chunk[payload : payload + length]
 
     def holds(self, oid: str) -> bool:
         """Whether the pack holds ``oid`` as far as it is scanned (``find`` without
