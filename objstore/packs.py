@@ -1123,8 +1123,9 @@ class OpenPack:
         A context reads the newest objects, at the end of the pack: only they are read,
         a few windows in all, not one read per object."""
         low = max(len(PACK_MAGIC), off - off % READ_WINDOW)
+        data = os.pread(self._fd, self._low - low, low)
         self._bases.insert(0, low)
-        self._chunks.insert(0, os.pread(self._fd, self._low - low, low))
+        self._chunks.insert(0, data)
         self._low = low
 
     def _location(self, start: int) -> Location:
