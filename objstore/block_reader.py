@@ -68,7 +68,11 @@ class BlockReader:
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
         located, bodies = self._located, []
+        live = self._objects.live_objects(oids)  # beside a live writer: its newest, at once
         for oid in oids:
+            if oid in live and live[oid][0] == "blob":
+                bodies.append(live[oid][1])
+                continue
             hit = located.get(oid) or self._take(oid)
             if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
                 content, at, length = hit

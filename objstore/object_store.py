@@ -316,6 +316,16 @@ class ObjectStore:
         and checked once (block_reader.py)."""
         return BlockReader(self).get_many(oids)
 
+    def live_objects(self, oids: list[str]) -> dict[str, tuple[str, bytes]]:
+        """``(kind, body)`` of those of ``oids`` that other writers' packs being written
+        hold, each verified against its id, read in one pass per pack (what ``get``
+        would return for them): a context beside a live writer takes its newest
+        messages from there. Objects not found (or that fail) are left to ``get``."""
+        found: dict[str, tuple[str, bytes]] = {}
+        for pack in self._open.values():
+            found.update(pack.verified_among(oids))
+        return found
+
     def in_block(self, oid: str) -> tuple[SealedPack, int, int, int] | None:
         """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
         None at once for an object in a pack being written (``get`` reads those first),
@@ -798,6 +808,12 @@ class ObjectStore:
             names = set()
         for name in names:
             if name.endswith(".idx") and f"{name[: -len('.idx')]}.pack" not in names:
+                with suppress(FileNotFoundError):
+                    (self.pack_dir / name).unlink()
+            # A live index (5.6) whose pack was sealed by a writer that died before
+            # removing it, or was removed.
+            stem = name[: -len(".live")]
+            if name.endswith(".live") and (f"{stem}.pack" not in names or f"{stem}.idx" in names):
                 with suppress(FileNotFoundError):
                     (self.pack_dir / name).unlink()
         cutoff = time.time() - LEFTOVER_AGE

@@ -39,10 +39,12 @@ from typing import Any, Final, Literal
 import blake3
 import zstandard
 
-from . import canonical, objects
+from . import canonical, live_index, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .id_set import IdSet
+from .live_index import ENTRY_RECORDS, LIVE_MAGIC
+from .live_index import encode_entry as encode_live_entry
 from .pack_format import (
     BLOCK_ENTRY_HEAD,
     BLOCK_IDX_ENTRY,
@@ -74,6 +76,9 @@ MAX_PACK_BYTES: Final = 1024 * 1024
 """A handle seals its pack (compressing it into a block pack) once it passes this:
 every process that opens the store scans the packs being written, so a long
 running writer must not make that scan long (about 1,000 messages)."""
+
+READ_WINDOW: Final = 64 * 1024
+"""What a reader reads of a pack at once where its live index saved the scan."""
 
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
@@ -170,6 +175,10 @@ class PackWriter:
         # The newest journaled update of each ref: the truth for that ref (when newer
         # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
         self.journaled: dict[str, dict[str, Any]] = {}
+        # The live index (live_index.py): records written since its last entry.
+        self._live_objects: list[tuple[bytes, int]] = []
+        self._live_refs: list[int] = []
+        self._live_fd = -1 if magic == PACK_MAGIC else -2  # -2: none (a block pack)
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
         """Append records in one write; all of them, or (on an error such as a full
@@ -177,10 +186,16 @@ class PackWriter:
         parts: list[bytes] = []
         added: dict[str, Location] = {}
         offset = self.size
+        live = self._live_fd != -2
+        live_objects, live_refs = len(self._live_objects), len(self._live_refs)
         for rtype, raw_id, payload in records:
             parts.append(encode_record(rtype, raw_id, payload))
             if rtype == TYPE_OBJECT:
                 added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
+                if live:
+                    self._live_objects.append((raw_id, offset))
+            elif live:
+                self._live_refs.append(offset)
             offset += RECORD_HEAD.size + len(payload)
         view = memoryview(b"".join(parts))
         try:
@@ -189,10 +204,35 @@ class PackWriter:
         except BaseException:
             os.ftruncate(self._fd, self.size)
             os.lseek(self._fd, self.size, os.SEEK_SET)
+            del self._live_objects[live_objects:], self._live_refs[live_refs:]
             raise
         self.index.update(added)
         self.size = offset
         self.dirty = True
+        if live and len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
+            self._note_live()
+
+    def _note_live(self) -> None:
+        """Append an entry listing the records written since the last one to the live
+        index (FORMAT.md 5.6), after they are in the pack. Never synced: a hint for
+        readers, which a failure here only makes slower."""
+        entry = encode_live_entry(self.size, self._live_objects, self._live_refs)
+        self._live_objects, self._live_refs = [], []
+        try:
+            if self._live_fd == -1:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+                self._live_fd = open_fd(self.path.with_suffix(".live"), flags)
+                os.write(self._live_fd, LIVE_MAGIC)
+            os.write(self._live_fd, entry)
+        except OSError:
+            self._drop_live_index()  # a full disk: readers scan instead
+
+    def _drop_live_index(self) -> None:
+        if self._live_fd >= 0:
+            os.close(self._live_fd)
+        self._live_fd = -2  # none for this pack any more
+        with suppress(FileNotFoundError):
+            os.unlink(self.path.with_suffix(".live"))
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
@@ -258,11 +298,13 @@ class PackWriter:
         """Let go of the pack (and its flock), once no thread is syncing it."""
         with self._idle:
             self._idle.wait_for(lambda: self._holders == 0)
+        self._drop_live_index()
         os.close(self._fd)
         self._fd = -1
 
     def abandon(self) -> None:
         """Remove a pack that will never be sealed (an error while writing it)."""
+        self._drop_live_index()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
         with suppress(OSError):
@@ -983,6 +1025,7 @@ class OpenPack:
         self._hex: dict[str, Location] | None = None  # ``index``, made when first asked
         self._in_blocks: dict[str, tuple[int, int, int, int]] = {}
         self._scanned = len(PACK_MAGIC)
+        self._low = len(PACK_MAGIC)  # what is below this and listed is not read yet
         # What each scan read: pack offsets ascending; no record spans two, as a scan
         # stops at a record's end.
         self._bases: list[int] = []
@@ -1004,15 +1047,19 @@ class OpenPack:
                 return
             if head != PACK_MAGIC:
                 return  # no header: left by a crash (recovery decides), never a writer's
-            # The first scan reads from the pack's start, so the offsets it notes are
-            # the pack's own: no record-by-record translation.
-            base = 0 if self._scanned == len(PACK_MAGIC) else self._scanned
+            listed = self._scanned
+            if listed == len(PACK_MAGIC):
+                listed = self._low = self._take_live_index(end)
+            # A first scan of the whole pack reads from its start, so the offsets it
+            # notes are the pack's own: no record-by-record translation.
+            base = 0 if listed == len(PACK_MAGIC) else listed
             data = os.pread(self._fd, end - base, base)
-            scan = scan_buffer(data, base, self._scanned - base)
+            scan = scan_buffer(data, base, listed - base)
             if scan.end == self._scanned:
                 return
-            self._bases.append(base)
-            self._chunks.append(data if scan.end == end else data[: scan.end - base])
+            if scan.end > base:
+                self._bases.append(base)
+                self._chunks.append(data if scan.end == end else data[: scan.end - base])
             if base == 0:
                 self._raw.update(scan.raw_objects)
                 self._refs += scan.ref_starts
@@ -1022,14 +1069,64 @@ class OpenPack:
             self._hex = None
             self._scanned = scan.end
 
+    def _take_live_index(self, end: int) -> int:
+        """Note the records the writer's live index lists (FORMAT.md 5.6) as a scan
+        would, and return where they end: the scan goes on from there. Each entry is
+        taken only if the pack bears it out (its last record has the type, id and
+        length to end where the entry says); the first that does not ends what is
+        taken. Reads no more of the pack than those records' heads."""
+        try:
+            fd = open_fd(self.path.with_suffix(".live"), os.O_RDONLY)
+        except OSError:  # none (yet), or unreadable: a scan finds the same records
+            return len(PACK_MAGIC)
+        try:
+            listed = os.pread(fd, os.fstat(fd).st_size, 0)
+        except OSError:
+            return len(PACK_MAGIC)
+        finally:
+            os.close(fd)
+        taken = len(PACK_MAGIC)
+        for stretch in live_index.parse(listed, taken, end):
+            ids, starts, refs = stretch.object_ids, stretch.object_starts, stretch.ref_starts
+            last_ref = refs[-1] if refs else -1
+            last = max(starts[-1] if starts else -1, last_ref)
+            head = os.pread(self._fd, RECORD_HEAD.size, last)
+            if len(head) != RECORD_HEAD.size:
+                break
+            rtype, raw, length = RECORD_HEAD.unpack(head)
+            if last + RECORD_HEAD.size + length != stretch.end or rtype != (
+                TYPE_REF if last == last_ref else TYPE_OBJECT
+            ):
+                break
+            if rtype == TYPE_OBJECT and raw != ids[-1]:
+                break
+            self._raw.update(zip(ids, starts, strict=True))
+            self._refs += refs
+            taken = stretch.end
+        return taken
+
     def _chunk(self, off: int, length: int) -> tuple[bytes, int] | None:
-        """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them."""
+        """The kept bytes holding ``[off, off + length)`` and where ``off`` is in them;
+        the part of the pack the live index listed is read when first needed."""
         i = bisect.bisect_right(self._bases, off) - 1
-        if i < 0:
-            return None
+        if i < 0 or off - self._bases[i] + length > len(self._chunks[i]):
+            if not len(PACK_MAGIC) <= off < self._low:
+                return None
+            self._read_below(off)
+            i = bisect.bisect_right(self._bases, off) - 1
         at = off - self._bases[i]
         chunk = self._chunks[i]
         return (chunk, at) if at + length <= len(chunk) else None
+
+    def _read_below(self, off: int) -> None:
+        """Read the pack from the window holding ``off`` up to what is read already.
+        A context reads the newest objects, at the end of the pack: only they are read,
+        a few windows in all, not one read per object."""
+        low = max(len(PACK_MAGIC), off - off % READ_WINDOW)
+        data = os.pread(self._fd, self._low - low, low)
+        self._bases.insert(0, low)
+        self._chunks.insert(0, data)
+        self._low = low
 
     def _location(self, start: int) -> Location:
         """Where the payload is of the record starting at pack offset ``start``."""
@@ -1111,6 +1208,28 @@ class OpenPack:
         if payload + length > len(chunk):  # never, as a scan keeps whole records
             return self.read(self._location(start))
         return chunk[payload : payload + length]
+
+    def verified_among(self, oids: Iterable[str]) -> dict[str, tuple[str, bytes]]:
+        """``(kind, body)`` of each of ``oids`` the pack holds in an object record (as far
+        as it is scanned) and that verifies against its id: the newest objects of a
+        context beside a live writer, in one pass. One that does not verify is left
+        out, for ``ObjectStore.get`` to name what is wrong with it."""
+        return objects.decode_many(self._payloads(oids))
+
+    def _payloads(self, oids: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+        raw_start = self._raw.get
+        for oid in oids:
+            try:
+                start = raw_start(bytes.fromhex(oid))
+            except ValueError:  # not hex: no object's id
+                continue
+            found = None if start is None else self._chunk(start, RECORD_HEAD.size)
+            if found is None:
+                continue
+            chunk, at = found
+            payload, length = payload_location(chunk, at)
+            if payload + length <= len(chunk):
+                yield oid, chunk[payload : payload + length]
 
     def holds(self, oid: str) -> bool:
         """Whether the pack holds ``oid`` as far as it is scanned (``find`` without
@@ -1197,6 +1316,8 @@ class OpenPack:
             replay(updates)
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
+            with suppress(FileNotFoundError):  # its dead writer's live index (5.6)
+                os.unlink(self.path.with_suffix(".live"))
             self._raw = {
                 bytes.fromhex(oid): loc[0] - RECORD_HEAD.size for oid, loc in good_objects.items()
             }
