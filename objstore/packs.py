@@ -157,9 +157,11 @@ class PackWriter:
                 os.unlink(tmp)
             raise
         self._fd = fd
-        self.size = len(magic)
+        self.size = len(magic)  # with the held records
+        self._in_file = self.size  # in the file
+        self._held: list[bytes] = []  # encoded records waiting for the next write
+        self._held_ids: list[str] = []
         self.index: dict[str, Location] = {}
-        self.dirty = True
         self._dir_synced = False
         self._synced = 0  # bytes known durable
         # One fsync at a time (``_syncing``); it covers what came before it began.
@@ -172,40 +174,61 @@ class PackWriter:
         self.journaled: dict[str, dict[str, Any]] = {}
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
-        """Append records in one write; all of them, or (on an error such as a full
-        disk) none: the pack is cut back and the index learns nothing."""
-        parts: list[bytes] = []
-        added: dict[str, Location] = {}
+        """Append records, and the held ones before them, in one write; all of them,
+        or (on an error such as a full disk) none: the pack is cut back and the
+        index forgets the held objects."""
+        self._hold(records)
+        self.flush()
+
+    def _hold(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
+        """Place records after the others, to be written with the next ``flush``: found
+        in the index at once (``read`` writes them first)."""
         offset = self.size
         for rtype, raw_id, payload in records:
-            parts.append(encode_record(rtype, raw_id, payload))
+            self._held.append(encode_record(rtype, raw_id, payload))
             if rtype == TYPE_OBJECT:
-                added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
+                oid = raw_id.hex()
+                self.index[oid] = (offset + RECORD_HEAD.size, len(payload))
+                self._held_ids.append(oid)
             offset += RECORD_HEAD.size + len(payload)
-        view = memoryview(b"".join(parts))
+        self.size = offset
+
+    def flush(self) -> None:
+        """Write the held records in one write (called in the handle's turn: an append
+        holds its objects and writes them with its ref update, turns.py)."""
+        if not self._held:
+            return
+        view = memoryview(b"".join(self._held))
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
         except BaseException:
-            os.ftruncate(self._fd, self.size)
-            os.lseek(self._fd, self.size, os.SEEK_SET)
+            os.ftruncate(self._fd, self._in_file)
+            os.lseek(self._fd, self._in_file, os.SEEK_SET)
+            for oid in self._held_ids:
+                self.index.pop(oid, None)
+            self.size = self._in_file
+            self._held, self._held_ids = [], []
             raise
-        self.index.update(added)
-        self.size = offset
-        self.dirty = True
+        self._held, self._held_ids = [], []
+        self._in_file = self.size
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
-        """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
-        self._write((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
+        """Hold ``(id, stored form)`` object records: written with the next ref update,
+        ``flush`` or ``read``; durable after ``flush`` and ``sync``."""
+        self._hold((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
 
     def add_ref_update(self, update: dict[str, Any]) -> None:
-        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1). Durable after
-        ``sync``; its ref file is written when the pack is sealed."""
+        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
+        one write with the objects held before it. Durable after ``sync``; its ref
+        file is written when the pack is sealed."""
         checksum, stored = objects.encode("ref", canonical.dumps(update))
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
         self.journaled[update["ref"]] = update
 
     def read(self, loc: Location) -> bytes:
+        if loc[0] >= self._in_file:
+            self.flush()
         return os.pread(self._fd, loc[1], loc[0])
 
     def sync(self) -> None:
@@ -217,7 +240,7 @@ class PackWriter:
         first of the rest starts the next fsync. (Waiting on a plain lock would
         wake them one by one, each after the one before it got the interpreter
         back, and the next fsync would start only at the end of that chain.)"""
-        wanted = self.size
+        wanted = self._in_file  # held records are the caller's to flush first
         if self._synced >= wanted:
             return
         with self._fsync:
@@ -228,7 +251,7 @@ class PackWriter:
             if self._synced >= wanted:
                 return
             self._syncing = True
-            end = self.size  # every write up to here has returned
+            end = self._in_file  # every write up to here has returned
         synced = False
         try:
             os.fsync(self._fd)
@@ -241,7 +264,6 @@ class PackWriter:
                 self._syncing = False
                 if synced:
                     self._synced = max(self._synced, end)
-                    self.dirty = self._synced < self.size
                 self._fsync.notify_all()
 
     def hold(self) -> None:
