@@ -475,14 +475,15 @@ class ObjectStore:
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
-        oid = objects.object_id(kind, body)
+        content = objects.content_of(kind, body)
+        oid = objects.content_id(content)
         if self._fresh_copy(oid, loose=not pack):
             if not pack:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
-        stored = objects.stored_form(kind, body)
+        stored = objects.stored_content(kind, content)
         if pack:
-            self._pack_writer().add([(oid, stored)])
+            self._pack_writer().add_object(oid, stored, content)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), stored)
         return oid
@@ -582,6 +583,10 @@ class ObjectStore:
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir)
         try:
             for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
+                content = w.contents.get(oid)
+                if content is not None:  # hashed to its id when it was written
+                    blocks.add_content(oid, content)
+                    continue
                 try:
                     kind, body = objects.decode(oid, w.read(loc))
                 except CorruptObject:

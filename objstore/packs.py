@@ -162,6 +162,9 @@ class PackWriter:
         self._held: list[bytes] = []  # encoded records waiting for the next write
         self._held_ids: list[str] = []
         self.index: dict[str, Location] = {}
+        # The content (``kind + NUL + body``) of the objects ``add_object`` wrote, for the
+        # seal to compress into blocks without reading and checking them back.
+        self.contents: dict[str, bytes] = {}
         self._dir_synced = False
         self._synced = 0  # bytes known durable
         # One fsync at a time (``_syncing``); it covers what came before it began.
@@ -207,6 +210,7 @@ class PackWriter:
             os.lseek(self._fd, self._in_file, os.SEEK_SET)
             for oid in self._held_ids:
                 self.index.pop(oid, None)
+                self.contents.pop(oid, None)
             self.size = self._in_file
             self._held, self._held_ids = [], []
             raise
@@ -217,6 +221,11 @@ class PackWriter:
         """Hold ``(id, stored form)`` object records: written with the next ref update,
         ``flush`` or ``read``; durable after ``flush`` and ``sync``."""
         self._hold((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
+
+    def add_object(self, oid: str, stored: bytes, content: bytes) -> None:
+        """``add`` one object whose content (which hashes to ``oid``) the caller has."""
+        self._hold([(TYPE_OBJECT, bytes.fromhex(oid), stored)])
+        self.contents[oid] = content
 
     def add_ref_update(self, update: dict[str, Any]) -> None:
         """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
