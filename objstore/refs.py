@@ -83,7 +83,14 @@ class Journal(Protocol):
 
 def iso_time(t: float) -> str:
     """The one time format of refs, reflogs and metadata: UTC, milliseconds; sorts as text."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+    global _last_second
+    second, seconds = int(t // 1), _last_second  # one read: another thread may replace it
+    if seconds[0] != second:  # formatted once a second, not once an append
+        seconds = _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)))
+    return f"{seconds[1]}.{int(t * 1000) % 1000:03d}Z"
+
+
+_last_second: tuple[int | None, str] = (None, "")
 
 
 def now_iso() -> str:
