@@ -540,7 +540,9 @@ class Store:
 
     def lock(self, session: str) -> str:
         """Take the writer lock of a session (SessionBusy if another process has it)."""
-        sid = self.session_id(session)
+        return self._hold_writer_lock(self._resolver.session_id(session))
+
+    def _hold_writer_lock(self, sid: str) -> str:  # in a turn already
         if sid not in self._writers:
             lock = WriterLock(self.path / "locks", sid)
             lock.acquire()
@@ -558,7 +560,7 @@ class Store:
     def _session_turn(self, session: str) -> threading.Lock:
         """The lock that lets one thread at a time append to a session through this
         handle (taken in a turn: turn -> session, turns.py)."""
-        sid = self.session_id(session)
+        sid = self._resolver.session_id(session)
         return self._session_turns.setdefault(sid, threading.Lock())
 
     def _writable(self, session: str) -> tuple[str, _Tip]:
@@ -580,7 +582,7 @@ class Store:
                 probe.acquire()
                 probe.release()
         else:
-            sid = self.lock(session)
+            sid = self._hold_writer_lock(self._resolver.session_id(session))
         tip = self._tips.get(sid)
         if tip is not None:
             return sid, tip
