@@ -533,6 +533,12 @@ class ObjectStore:
         for pack in self._open.values():
             yield pack.journaled(name)
 
+    def flush(self) -> None:
+        """Write the records this handle's pack holds (``PackWriter.flush``): other
+        handles see them from here, durable or not."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another
         writer's unsealed pack, durable."""

@@ -755,6 +755,8 @@ class Store:
         journal = None if self._batch_depth else self.objects
         # No reflog line: the parent chain is the history of appends and compactions.
         record = self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
+        if journal is None:
+            self.objects.flush()  # one write per append in a batch too (a journal's is its own)
         node = Node(
             node_id,
             type,

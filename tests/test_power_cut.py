@@ -93,7 +93,8 @@ rec.mark("session", c)
 with one.batch():
     one.append(b, {"role": "user", "content": "said twice"})  # in one's pack, not synced
     two.objects.refresh()  # two sees one's pack and the object in it
-    append(two, c, "said twice")
+    said = append(two, c, "said twice")
+    assert two.node(said).content not in two.objects._writer.index, "two made its own copy"
     append(two, c, "after it")
 two.close()
 one.close()
