@@ -75,6 +75,10 @@ MAX_PACK_BYTES: Final = 1024 * 1024
 every process that opens the store scans the packs being written, so a long
 running writer must not make that scan long (about 1,000 messages)."""
 
+MAX_KEPT_CONTENT: Final = 4 * MAX_PACK_BYTES
+"""Bytes of content a handle keeps of the objects in its pack, to seal it without
+reading them back: about a whole pack of messages (they compress about 3x)."""
+
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
 
@@ -163,8 +167,11 @@ class PackWriter:
         self._held_ids: list[str] = []
         self.index: dict[str, Location] = {}
         # The content (``kind + NUL + body``) of the objects ``add_object`` wrote, for the
-        # seal to compress into blocks without reading and checking them back.
+        # seal to compress into blocks without reading and checking them back; up to
+        # MAX_KEPT_CONTENT bytes (content that compresses well can be far more than
+        # the pack), the rest is read back.
         self.contents: dict[str, bytes] = {}
+        self._kept = 0
         self._dir_synced = False
         self._synced = 0  # bytes known durable
         # One fsync at a time (``_syncing``); it covers what came before it began.
@@ -210,7 +217,7 @@ class PackWriter:
             os.lseek(self._fd, self._in_file, os.SEEK_SET)
             for oid in self._held_ids:
                 self.index.pop(oid, None)
-                self.contents.pop(oid, None)
+                self._kept -= len(self.contents.pop(oid, b""))
             self.size = self._in_file
             self._held, self._held_ids = [], []
             raise
@@ -225,7 +232,9 @@ class PackWriter:
     def add_object(self, oid: str, stored: bytes, content: bytes) -> None:
         """``add`` one object whose content (which hashes to ``oid``) the caller has."""
         self._hold([(TYPE_OBJECT, bytes.fromhex(oid), stored)])
-        self.contents[oid] = content
+        if self._kept + len(content) <= MAX_KEPT_CONTENT:
+            self.contents[oid] = content
+            self._kept += len(content)
 
     def add_ref_update(self, update: dict[str, Any]) -> None:
         """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
