@@ -13,9 +13,11 @@ refused instead of silently changed. So is a value nested deeper than
 The canonical form is the one Python's ``json`` module writes with these
 options. orjson writes the same bytes, eight times faster, for every value
 without a float (it spells exponents its own way: ``1e16`` where ``json``
-writes ``1e+16``); ``dumps`` takes it for a value its caller knows holds none
-(``check_json`` says so), and ``json`` for the rest and for what orjson
-refuses (an integer past 64 bits, a lone surrogate, very deep nesting).
+writes ``1e+16``), but takes up to eight times the output's size in memory
+while it writes; ``dumps`` takes it for a small value its caller knows holds
+no float (``check_json`` says so: ``fast``), and ``json`` for the rest and for
+what orjson refuses (an integer past 64 bits, a lone surrogate, very deep
+nesting).
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ _encoder = json.JSONEncoder(
 
 def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> bool:
     """Raise InvalidInput if ``value`` would not come back exactly from JSON, or nests
-    containers deeper than ``max_depth``; return whether it holds a float (for
-    ``dumps``)."""
+    containers deeper than ``max_depth``; return whether ``dumps`` may write it
+    ``fast``: no float, and less than FAST_TEXT characters of text."""
     floats = False
+    text = 0
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         kind = type(item)
         if kind is str:
+            text += len(item)
             continue
         if (kind is dict or kind is list) and depth == max_depth:
             raise LimitExceeded(
@@ -53,6 +57,7 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
             for key, sub in item.items():
                 if type(key) is not str:
                     raise InvalidInput(f"{path}: key {key!r} is not a string")
+                text += len(key)
                 stack.append((sub, f"{path}.{key}", depth + 1))
         elif kind is list:
             stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
@@ -64,16 +69,18 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
             continue
         else:
             raise InvalidInput(f"{path}: {kind.__name__} is not a JSON type")
-    return floats
+    return not floats and text < FAST_TEXT
 
 
+FAST_TEXT: Final = 64 * 1024
+"""Characters of text up to which ``dumps`` may take orjson (a message is a few KB)."""
 _SORTED: Final = orjson.OPT_SORT_KEYS
 
 
-def dumps(value: Any, where: str = "value", *, floats: bool = True) -> bytes:
-    """The canonical bytes of a JSON value that passed ``check_json``; ``floats=False``
-    when ``check_json`` said it holds no float (the module doc says why)."""
-    if not floats:
+def dumps(value: Any, where: str = "value", *, fast: bool = False) -> bytes:
+    """The canonical bytes of a JSON value that passed ``check_json``; ``fast`` when
+    ``check_json`` said so (the module doc says why)."""
+    if fast:
         try:
             return orjson.dumps(value, option=_SORTED)
         except orjson.JSONEncodeError:

@@ -204,8 +204,8 @@ class _Tip:
 def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
     """Canonical bytes of a value to store, or InvalidInput: checked before anything is
     written, limits included (limits.py)."""
-    floats = canonical.check_json(value, where, max_depth)
-    body = canonical.dumps(value, where, floats=floats)
+    fast = canonical.check_json(value, where, max_depth)
+    body = canonical.dumps(value, where, fast=fast)
     if len(body) > MAX_OBJECT_BYTES:
         raise LimitExceeded(
             f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ def reference(value: Any) -> bytes:
 
 def fast(value: Any) -> bytes:
     """``dumps`` as a caller that checked the value takes it."""
-    return canonical.dumps(value, floats=canonical.check_json(value))
+    return canonical.dumps(value, fast=canonical.check_json(value))
 
 
 def test_every_character_is_written_as_json_writes_it_in_values_and_keys() -> None:
@@ -60,11 +61,27 @@ def test_random_values_with_floats_and_huge_integers_are_written_as_json_writes_
         assert fast(value) == reference(value), repr(value)
 
 
-def test_floats_are_spelled_as_json_spells_them_whoever_says_there_are_none() -> None:
+def test_floats_and_long_text_go_to_json() -> None:
     for number in (1e16, 1.5e-7, 1e300, 0.1):
-        assert canonical.check_json({"x": [number]}) is True
+        assert canonical.check_json({"x": [number]}) is False
         assert fast({"x": [number]}) == reference({"x": [number]})
-    assert canonical.check_json({"x": [1, "1e16", None]}) is False
+    assert canonical.check_json({"x": [1, "1e16", None]}) is True
+    long = {"k" * 10: "y" * canonical.FAST_TEXT}
+    assert canonical.check_json(long) is False
+    assert fast(long) == reference(long)
+
+
+def test_a_big_value_is_written_in_about_its_own_size() -> None:
+    """orjson takes several times its output's size while it writes: not for big text."""
+    value = {"role": "tool", "content": [{"type": "text", "text": "y" * 2_000_000}]}
+    tracemalloc.start()
+    try:
+        out = fast(value)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out == reference(value)
+    assert peak < 3 * len(out), f"peak {peak:,} for {len(out):,} bytes"
 
 
 def test_deep_values_and_lone_surrogates_fall_back_to_json() -> None:
@@ -75,7 +92,7 @@ def test_deep_values_and_lone_surrogates_fall_back_to_json() -> None:
         inner = inner[0]
     assert fast(deep) == reference(deep)
     with pytest.raises(InvalidInput, match="lone surrogate"):
-        canonical.dumps({"x": "\ud800"}, floats=False)
+        canonical.dumps({"x": "\ud800"}, fast=True)
 
 
 def test_messages_and_nodes_keep_the_bytes_json_gives_them(tmp_path) -> None:
