@@ -9,13 +9,24 @@ string keys, lists, strings, ints, finite floats, booleans and None. A tuple,
 a non-string key, NaN or a lone surrogate would come back different, so it is
 refused instead of silently changed. So is a value nested deeper than
 ``limits.MAX_DEPTH``, when writing and when reading.
+
+The canonical form is the one Python's ``json`` module writes with these
+options. orjson writes the same bytes, eight times faster, for every value
+without a float (it spells exponents its own way: ``1e16`` where ``json``
+writes ``1e+16``), but takes up to eight times the output's size in memory
+while it writes; ``dumps`` takes it for a small value its caller knows holds
+no float (``check_json`` says so: ``fast``), and ``json`` for the rest and for
+what orjson refuses (an integer past 64 bits, a lone surrogate, very deep
+nesting).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from .errors import InvalidInput, LimitExceeded
 from .limits import MAX_DEPTH, parse_json, parse_json_many
@@ -25,14 +36,18 @@ _encoder = json.JSONEncoder(
 )
 
 
-def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> None:
+def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> bool:
     """Raise InvalidInput if ``value`` would not come back exactly from JSON, or nests
-    containers deeper than ``max_depth``."""
+    containers deeper than ``max_depth``; return whether ``dumps`` may write it
+    ``fast``: no float, and less than FAST_TEXT characters of text."""
+    floats = False
+    text = 0
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         kind = type(item)
         if kind is str:
+            text += len(item)
             continue
         if (kind is dict or kind is list) and depth == max_depth:
             raise LimitExceeded(
@@ -42,20 +57,34 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
             for key, sub in item.items():
                 if type(key) is not str:
                     raise InvalidInput(f"{path}: key {key!r} is not a string")
+                text += len(key)
                 stack.append((sub, f"{path}.{key}", depth + 1))
         elif kind is list:
             stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
         elif kind is float:
             if not math.isfinite(item):
                 raise InvalidInput(f"{path}: {item!r} is not a JSON number")
+            floats = True
         elif item is None or kind is bool or kind is int:
             continue
         else:
             raise InvalidInput(f"{path}: {kind.__name__} is not a JSON type")
+    return not floats and text < FAST_TEXT
 
 
-def dumps(value: Any, where: str = "value") -> bytes:
-    """The canonical bytes of a JSON value that passed ``check_json``."""
+FAST_TEXT: Final = 64 * 1024
+"""Characters of text up to which ``dumps`` may take orjson (a message is a few KB)."""
+_SORTED: Final = orjson.OPT_SORT_KEYS
+
+
+def dumps(value: Any, where: str = "value", *, fast: bool = False) -> bytes:
+    """The canonical bytes of a JSON value that passed ``check_json``; ``fast`` when
+    ``check_json`` said so (the module doc says why)."""
+    if fast:
+        try:
+            return orjson.dumps(value, option=_SORTED)
+        except orjson.JSONEncodeError:
+            pass  # json writes it, or names what is wrong with it
     try:
         return _encoder.encode(value).encode("utf-8")
     except UnicodeEncodeError:

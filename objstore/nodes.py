@@ -109,7 +109,8 @@ def node_body(
     else:
         body["summary"] = content
         body["kept"] = list(kept or [])
-    return canonical.dumps(body)
+    # Every field but meta is ids, whole numbers or null: meta decides the encoder.
+    return canonical.dumps(body, fast=canonical.check_json(meta))
 
 
 def parse_node(oid: str, body: bytes) -> Node:

@@ -12,7 +12,8 @@ Where objects go:
   into a pack.
 
 Writing an object that already exists is a no-op, unless the only copy is
-older than FRESHEN_AFTER: then it is written again into this handle's pack.
+older than FRESHEN_AFTER (or, for a pack write, loose): then it is written again
+into this handle's pack.
 A copy in a pack another writer has not sealed may not be durable yet (it
 fsyncs at its own pace; a batch only at its end): the next ``sync`` fsyncs
 that pack too, so what this handle relies on is as durable as what it wrote.
@@ -375,9 +376,12 @@ class ObjectStore:
             or any(p.find(oid) for p in self._sealed.values())
         )
 
-    def _fresh_copy(self, oid: str) -> bool:
+    def _fresh_copy(self, oid: str, loose: bool = True) -> bool:
         """Whether a copy exists that gc will not sweep while a writer comes to need it:
-        in a pack being written, or sealed (or loose) less than FRESHEN_AFTER ago."""
+        in a pack being written, or sealed (or, with ``loose``, loose) less than
+        FRESHEN_AFTER ago. Only stores of older versions and ``put(pack=False)`` have
+        loose objects: a pack write does not stat for one (a copy in the pack too
+        costs some bytes until gc; a stat per object costs every append)."""
         w = self._writer
         if w is not None and oid in w.index:
             return True
@@ -388,6 +392,8 @@ class ObjectStore:
         cutoff = time.time() - FRESHEN_AFTER
         if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
             return True
+        if not loose:
+            return False
         try:
             return os.lstat(self.loose_path(oid)).st_mtime >= cutoff
         except FileNotFoundError:
@@ -479,14 +485,15 @@ class ObjectStore:
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
-        oid = objects.object_id(kind, body)
-        if self._fresh_copy(oid):
+        content = objects.content_of(kind, body)
+        oid = objects.content_id(content)
+        if self._fresh_copy(oid, loose=not pack):
             if not pack:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
-        stored = objects.stored_form(kind, body)
+        stored = objects.stored_content(kind, content)
         if pack:
-            self._pack_writer().add([(oid, stored)])
+            self._pack_writer().add_object(oid, stored, content)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), stored)
         return oid
@@ -536,11 +543,18 @@ class ObjectStore:
         for pack in self._open.values():
             yield pack.journaled(name)
 
+    def flush(self) -> None:
+        """Write the records this handle's pack holds (``PackWriter.flush``): other
+        handles see them from here, durable or not."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another
         writer's unsealed pack, durable."""
         self._sync_relied_on()
         if self._writer is not None:
+            self._writer.flush()
             self._writer.sync()
 
     def commit(self) -> None:
@@ -574,6 +588,7 @@ class ObjectStore:
         merges the copies."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
+            w.flush()
             w.sync()
             # The ref files, newer than before: from here no record is needed.
             self._replay(list(w.journaled.values()))
@@ -584,6 +599,10 @@ class ObjectStore:
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir)
         try:
             for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
+                content = w.contents.get(oid)
+                if content is not None:  # hashed to its id when it was written
+                    blocks.add_content(oid, content)
+                    continue
                 try:
                     kind, body = objects.decode(oid, w.read(loc))
                 except CorruptObject:

@@ -65,19 +65,34 @@ def check_id(object_id: str) -> str:
 
 
 def object_id(kind: str, body: bytes) -> str:
-    return blake3.blake3(kind.encode("ascii") + b"\0" + body).hexdigest()
+    return content_id(content_of(kind, body))
+
+
+def content_of(kind: str, body: bytes) -> bytes:
+    """What an object's id is the hash of, and its stored form compresses."""
+    return kind.encode("ascii") + b"\0" + body
+
+
+def content_id(content: bytes) -> str:
+    return blake3.blake3(content).hexdigest()
 
 
 def stored_form(kind: str, body: bytes) -> bytes:
     """The bytes a loose file or pack record holds for an object (InvalidInput for a
     body over the size limit: no such object is ever written)."""
-    if len(body) > MAX_OBJECT_BYTES:
+    return stored_content(kind, content_of(kind, body))
+
+
+def stored_content(kind: str, content: bytes) -> bytes:
+    """``stored_form`` of the object whose ``content_of`` is ``content``."""
+    size = len(content) - len(kind) - 1
+    if size > MAX_OBJECT_BYTES:
         raise LimitExceeded(
-            f"a {kind} of {len(body):,} bytes is over the limit of one object "
+            f"a {kind} of {size:,} bytes is over the limit of one object "
             f"({MAX_OBJECT_BYTES:,} bytes)",
             "too large",
         )
-    return _FORMAT_ZSTD_BYTE + thread_compressor().compress(kind.encode("ascii") + b"\0" + body)
+    return _FORMAT_ZSTD_BYTE + thread_compressor().compress(content)
 
 
 def stored_as_is(content: bytes) -> bytes:
@@ -88,7 +103,8 @@ def stored_as_is(content: bytes) -> bytes:
 
 def encode(kind: str, body: bytes) -> tuple[str, bytes]:
     """Return ``(id, stored form)`` of an object."""
-    return object_id(kind, body), stored_form(kind, body)
+    content = content_of(kind, body)
+    return content_id(content), stored_content(kind, content)
 
 
 def decode(oid: str, stored: bytes, kinds: frozenset[str] = KINDS) -> tuple[str, bytes]:

@@ -80,6 +80,10 @@ running writer must not make that scan long (about 1,000 messages)."""
 READ_WINDOW: Final = 64 * 1024
 """What a reader reads of a pack at once where its live index saved the scan."""
 
+MAX_KEPT_CONTENT: Final = 4 * MAX_PACK_BYTES
+"""Bytes of content a handle keeps of the objects in its pack, to seal it without
+reading them back: about a whole pack of messages (they compress about 3x)."""
+
 Replay = Callable[[list[dict[str, Any]]], None]
 Recovery = Literal["busy", "sealed", "removed"]
 
@@ -162,9 +166,17 @@ class PackWriter:
                 os.unlink(tmp)
             raise
         self._fd = fd
-        self.size = len(magic)
+        self.size = len(magic)  # with the held records
+        self._in_file = self.size  # in the file
+        self._held: list[bytes] = []  # encoded records waiting for the next write
+        self._held_ids: list[str] = []
         self.index: dict[str, Location] = {}
-        self.dirty = True
+        # The content (``kind + NUL + body``) of the objects ``add_object`` wrote, for the
+        # seal to compress into blocks without reading and checking them back; up to
+        # MAX_KEPT_CONTENT bytes (content that compresses well can be far more than
+        # the pack), the rest is read back.
+        self.contents: dict[str, bytes] = {}
+        self._kept = 0
         self._dir_synced = False
         self._synced = 0  # bytes known durable
         # One fsync at a time (``_syncing``); it covers what came before it began.
@@ -179,38 +191,58 @@ class PackWriter:
         self._live_objects: list[tuple[bytes, int]] = []
         self._live_refs: list[int] = []
         self._live_fd = -1 if magic == PACK_MAGIC else -2  # -2: none (a block pack)
+        self._live_written = (0, 0)  # how many of those lists are in the pack
 
     def _write(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
-        """Append records in one write; all of them, or (on an error such as a full
-        disk) none: the pack is cut back and the index learns nothing."""
-        parts: list[bytes] = []
-        added: dict[str, Location] = {}
+        """Append records, and the held ones before them, in one write; all of them,
+        or (on an error such as a full disk) none: the pack is cut back and the
+        index forgets the held objects."""
+        self._hold(records)
+        self.flush()
+
+    def _hold(self, records: Iterable[tuple[int, bytes, bytes]]) -> None:
+        """Place records after the others, to be written with the next ``flush``: found
+        in the index at once (``read`` writes them first)."""
         offset = self.size
         live = self._live_fd != -2
-        live_objects, live_refs = len(self._live_objects), len(self._live_refs)
         for rtype, raw_id, payload in records:
-            parts.append(encode_record(rtype, raw_id, payload))
+            self._held.append(encode_record(rtype, raw_id, payload))
             if rtype == TYPE_OBJECT:
-                added[raw_id.hex()] = (offset + RECORD_HEAD.size, len(payload))
+                oid = raw_id.hex()
+                self.index[oid] = (offset + RECORD_HEAD.size, len(payload))
+                self._held_ids.append(oid)
                 if live:
                     self._live_objects.append((raw_id, offset))
             elif live:
                 self._live_refs.append(offset)
             offset += RECORD_HEAD.size + len(payload)
-        view = memoryview(b"".join(parts))
+        self.size = offset
+
+    def flush(self) -> None:
+        """Write the held records in one write (called in the handle's turn: an append
+        holds its objects and writes them with its ref update, turns.py)."""
+        if not self._held:
+            return
+        view = memoryview(b"".join(self._held))
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
         except BaseException:
-            os.ftruncate(self._fd, self.size)
-            os.lseek(self._fd, self.size, os.SEEK_SET)
-            del self._live_objects[live_objects:], self._live_refs[live_refs:]
+            os.ftruncate(self._fd, self._in_file)
+            os.lseek(self._fd, self._in_file, os.SEEK_SET)
+            for oid in self._held_ids:
+                self.index.pop(oid, None)
+                self._kept -= len(self.contents.pop(oid, b""))
+            self.size = self._in_file
+            self._held, self._held_ids = [], []
+            objects_noted, refs_noted = self._live_written
+            del self._live_objects[objects_noted:], self._live_refs[refs_noted:]
             raise
-        self.index.update(added)
-        self.size = offset
-        self.dirty = True
-        if live and len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
+        self._held, self._held_ids = [], []
+        self._in_file = self.size
+        if len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
             self._note_live()
+        self._live_written = (len(self._live_objects), len(self._live_refs))
 
     def _note_live(self) -> None:
         """Append an entry listing the records written since the last one to the live
@@ -235,17 +267,28 @@ class PackWriter:
             os.unlink(self.path.with_suffix(".live"))
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
-        """Append ``(id, stored form)`` object records in one write. Durable after ``sync``."""
-        self._write((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
+        """Hold ``(id, stored form)`` object records: written with the next ref update,
+        ``flush`` or ``read``; durable after ``flush`` and ``sync``."""
+        self._hold((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
+
+    def add_object(self, oid: str, stored: bytes, content: bytes) -> None:
+        """``add`` one object whose content (which hashes to ``oid``) the caller has."""
+        self._hold([(TYPE_OBJECT, bytes.fromhex(oid), stored)])
+        if self._kept + len(content) <= MAX_KEPT_CONTENT:
+            self.contents[oid] = content
+            self._kept += len(content)
 
     def add_ref_update(self, update: dict[str, Any]) -> None:
-        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1). Durable after
-        ``sync``; its ref file is written when the pack is sealed."""
+        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
+        one write with the objects held before it. Durable after ``sync``; its ref
+        file is written when the pack is sealed."""
         checksum, stored = objects.encode("ref", canonical.dumps(update))
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
         self.journaled[update["ref"]] = update
 
     def read(self, loc: Location) -> bytes:
+        if loc[0] >= self._in_file:
+            self.flush()
         return os.pread(self._fd, loc[1], loc[0])
 
     def sync(self) -> None:
@@ -257,7 +300,7 @@ class PackWriter:
         first of the rest starts the next fsync. (Waiting on a plain lock would
         wake them one by one, each after the one before it got the interpreter
         back, and the next fsync would start only at the end of that chain.)"""
-        wanted = self.size
+        wanted = self._in_file  # held records are the caller's to flush first
         if self._synced >= wanted:
             return
         with self._fsync:
@@ -268,7 +311,7 @@ class PackWriter:
             if self._synced >= wanted:
                 return
             self._syncing = True
-            end = self.size  # every write up to here has returned
+            end = self._in_file  # every write up to here has returned
         synced = False
         try:
             os.fsync(self._fd)
@@ -281,7 +324,6 @@ class PackWriter:
                 self._syncing = False
                 if synced:
                     self._synced = max(self._synced, end)
-                    self.dirty = self._synced < self.size
                 self._fsync.notify_all()
 
     def hold(self) -> None:

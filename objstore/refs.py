@@ -64,6 +64,7 @@ TAG_PART_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 REMOTE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 LOCK_STRIPES: Final = 256
 OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
+OPEN_PINS: Final = 64  # ref files a handle keeps open between journaled updates
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -82,7 +83,14 @@ class Journal(Protocol):
 
 def iso_time(t: float) -> str:
     """The one time format of refs, reflogs and metadata: UTC, milliseconds; sorts as text."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+    global _last_second
+    second, seconds = int(t // 1), _last_second  # one read: another thread may replace it
+    if seconds[0] != second:  # formatted once a second, not once an append
+        seconds = _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)))
+    return f"{seconds[1]}.{int(t * 1000) % 1000:03d}Z"
+
+
+_last_second: tuple[int | None, str] = (None, "")
 
 
 def now_iso() -> str:
@@ -186,6 +194,19 @@ class RefRecord:
     body: Body = field(repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pin:
+    """A ref file kept open: its descriptor, what ``lstat`` said of it, its record."""
+
+    fd: int
+    key: tuple[int, int, int, int, int]
+    record: RefRecord
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass
 class _Staged:
     base_generation: int | None  # what the ref on disk was when the batch first touched it
@@ -213,6 +234,7 @@ class RefStore:
         # updating refs of one stripe take turns as two processes do.
         self._per_thread = threading.local()
         self._all_stripes: list[dict[int, files.FileLock]] = []
+        self._pins: dict[str, _Pin] = {}  # ref files kept open (``_read_pinned``)
 
     # -- reading -------------------------------------------------------------
 
@@ -222,14 +244,17 @@ class RefStore:
     def log_path(self, name: str) -> str:
         return f"{self._logs}/{check_ref_name(name)}"
 
-    def read(self, name: str, *, look_for_packs: bool = True) -> RefRecord | None:
+    def read(
+        self, name: str, *, look_for_packs: bool = True, pinned: bool = False
+    ) -> RefRecord | None:
         """The ref's value: a batch's staged one, else the newer of its file and its
         newest journaled update (module doc). ``look_for_packs=False`` takes the
-        journals of the packs this handle already knows only."""
+        journals of the packs this handle already knows only; ``pinned`` keeps the
+        file open to read it again by a stat (``_read_pinned``)."""
         if self._staged is not None and name in self._staged:
             return self._staged[name].record
         update = self.journaled(name, look_for_packs)  # before the file: see the module doc
-        record = self._read_file(name)
+        record = self._read_pinned(name) if pinned else self._read_file(name)
         if record is None or update is None or journaled_generation(update) <= record.generation:
             return record
         body = update["body"]
@@ -248,11 +273,59 @@ class RefStore:
             return None  # a directory of longer names (tags/t of tags/t/a) is no ref either
         except PermissionError as e:
             raise StoreFormatError(f"ref {name} cannot be read ({e.strerror})") from None
+        return self._parsed(name, data)
+
+    @staticmethod
+    def _parsed(name: str, data: bytes) -> RefRecord:
         try:
             body = canonical.loads(data)
             return RefRecord(name, int(body["generation"]), body["target"], body)
         except (ValueError, KeyError, TypeError):
             raise StoreFormatError(f"ref {name} is unreadable") from None
+
+    def _read_pinned(self, name: str) -> RefRecord | None:
+        """``_read_file``, for a ref this handle updates again and again (a session it
+        journals appends to): the file is kept open after a read, and the next read
+        is an ``lstat`` that finds the same file unless it was replaced.
+
+        Every writer replaces a ref file (rename, section 9 of FORMAT.md), never
+        writes one in place, so a replaced file is a new inode. The open file keeps
+        its inode from being freed, so its number cannot come back for another
+        file: the same inode number (and size and times) means the same file,
+        whatever the clock's granularity. A ref this handle moved elsewhere (a seal
+        writes its file) is read again the same way."""
+        path = self.path(name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        pin = self._pins.get(name)
+        if pin is not None and st is not None and pin.key == _stat_key(st):
+            self._pins[name] = self._pins.pop(name)  # most recently used last
+            return pin.record
+        self._unpin(name)
+        try:
+            fd = files.open_fd(path, os.O_RDONLY)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+            return self._read_file(name)  # the same answer, or the same error, unpinned
+        try:
+            key = _stat_key(os.fstat(fd))
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            record = self._parsed(name, b"".join(chunks))
+        except BaseException:
+            os.close(fd)
+            raise
+        if len(self._pins) >= OPEN_PINS:  # bound the open files: drop the oldest
+            self._unpin(next(iter(self._pins)))
+        self._pins[name] = _Pin(fd, key, record)
+        return record
+
+    def _unpin(self, name: str) -> None:
+        pin = self._pins.pop(name, None)
+        if pin is not None:
+            os.close(pin.fd)
 
     def all_names(self) -> Iterator[str]:
         """Every ref name of every kind, unsorted."""
@@ -379,8 +452,11 @@ class RefStore:
         with self._lock(name):
             # A journaled update is made under the session's writer lock (Store), taken
             # with a fresh look: no pack this handle does not know can have journaled
-            # the ref since, so the pack directory is not listed again.
-            current = self.read(name, look_for_packs=journal is None)
+            # the ref since, so the pack directory is not listed again. Its file
+            # changes only if another process updates the ref (a retitle): a stat
+            # tells (``_read_pinned``).
+            journaled = journal is not None and self._staged is None
+            current = self.read(name, look_for_packs=not journaled, pinned=journaled)
             body = change(current)
             if current is not None and body is current.body:
                 return current
@@ -561,6 +637,8 @@ class RefStore:
         self._commit(name, self._write_file(record, durable=True), lines, durable=True)
 
     def close(self) -> None:
+        for name in list(self._pins):
+            self._unpin(name)
         for stripes in self._all_stripes:
             for lock in stripes.values():
                 lock.release()

@@ -196,13 +196,16 @@ class _Tip:
     head: Node | None
     since: str | None  # the last span node or compaction; None: the start
     pending: list[str]
+    # The ref body this handle last gave the session: checked already, so an update
+    # that finds it unchanged does not check it again (``_add_node``).
+    ref_body: Body | None = None
 
 
 def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
     """Canonical bytes of a value to store, or InvalidInput: checked before anything is
     written, limits included (limits.py)."""
-    canonical.check_json(value, where, max_depth)
-    body = canonical.dumps(value, where)
+    fast = canonical.check_json(value, where, max_depth)
+    body = canonical.dumps(value, where, fast=fast)
     if len(body) > MAX_OBJECT_BYTES:
         raise LimitExceeded(
             f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})",
@@ -537,7 +540,9 @@ class Store:
 
     def lock(self, session: str) -> str:
         """Take the writer lock of a session (SessionBusy if another process has it)."""
-        sid = self.session_id(session)
+        return self._hold_writer_lock(self._resolver.session_id(session))
+
+    def _hold_writer_lock(self, sid: str) -> str:  # in a turn already
         if sid not in self._writers:
             lock = WriterLock(self.path / "locks", sid)
             lock.acquire()
@@ -555,7 +560,7 @@ class Store:
     def _session_turn(self, session: str) -> threading.Lock:
         """The lock that lets one thread at a time append to a session through this
         handle (taken in a turn: turn -> session, turns.py)."""
-        sid = self.session_id(session)
+        sid = self._resolver.session_id(session)
         return self._session_turns.setdefault(sid, threading.Lock())
 
     def _writable(self, session: str) -> tuple[str, _Tip]:
@@ -577,7 +582,7 @@ class Store:
                 probe.acquire()
                 probe.release()
         else:
-            sid = self.lock(session)
+            sid = self._hold_writer_lock(self._resolver.session_id(session))
         tip = self._tips.get(sid)
         if tip is not None:
             return sid, tip
@@ -644,8 +649,9 @@ class Store:
         count = (parent.messages if parent else 0) + 1
         pending = [*tip.pending, message_id]
         span = Span(tip.since, tuple(pending)) if len(pending) >= SPAN_EVERY else None
-        node = self._add_node(
+        node, ref_body = self._add_node(
             sid,
+            tip.ref_body,
             parent,
             "message",
             message_id,
@@ -657,9 +663,9 @@ class Store:
             files=changes,
         )
         if span is None:
-            self._tips[sid] = _Tip(node, tip.since, pending)
+            self._tips[sid] = _Tip(node, tip.since, pending, ref_body)
         else:
-            self._tips[sid] = _Tip(node, node.id, [])
+            self._tips[sid] = _Tip(node, node.id, [], ref_body)
         return node.id
 
     def compact(
@@ -700,15 +706,25 @@ class Store:
         kept = last_message_nodes(parent.id, self.node, keep)
         summary_id = self.objects.put("blob", summary_body)
         state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
-        node = self._add_node(
-            sid, parent, "compaction", summary_id, state_id, parent.messages, meta, "compact", kept
+        node, ref_body = self._add_node(
+            sid,
+            tip.ref_body,
+            parent,
+            "compaction",
+            summary_id,
+            state_id,
+            parent.messages,
+            meta,
+            "compact",
+            kept,
         )
-        self._tips[sid] = _Tip(node, node.id, [])
+        self._tips[sid] = _Tip(node, node.id, [], ref_body)
         return node.id
 
     def _add_node(
         self,
         sid: str,
+        checked: Body | None,
         parent: Node | None,
         type: NodeType,
         content: str,
@@ -719,8 +735,10 @@ class Store:
         kept: list[str] | None = None,
         span: Span | None = None,
         files: tuple[FileChange, ...] = (),
-    ) -> Node:
-        """Write a node after ``parent`` and move the session's head to it."""
+    ) -> tuple[Node, Body | None]:
+        """Write a node after ``parent`` and move the session's head to it; return the
+        node and the ref's new body. ``checked``: a body known to be sound (the one
+        this handle gave the ref last), not checked again if the ref still has it."""
         full_meta = {"time": now_iso(), **(meta or {})}
         parent_id = parent.id if parent else None
         body = node_body(type, parent_id, content, state_id, count, full_meta, kept, span, files)
@@ -729,13 +747,17 @@ class Store:
         def move(current: RefRecord | None) -> Body:
             if current is None or current.target != parent_id:
                 raise RefConflict(f"session {sid} moved while it was being written")
-            moved = _with_meta(current, updated=full_meta["time"], messages=count)
-            return {**moved, "target": node_id}
+            if current.body is not checked:
+                session_info(current)  # a damaged ref is named, not rewritten
+            meta = {**current.body.get("meta", {}), "updated": full_meta["time"], "messages": count}
+            return {**current.body, "meta": meta, "target": node_id}
 
         journal = None if self._batch_depth else self.objects
         # No reflog line: the parent chain is the history of appends and compactions.
-        self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
-        return Node(
+        record = self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
+        if journal is None:
+            self.objects.flush()  # one write per append in a batch too (a journal's is its own)
+        node = Node(
             node_id,
             type,
             parent_id,
@@ -747,6 +769,7 @@ class Store:
             span,
             files,
         )
+        return node, None if record is None else record.body
 
     # -- reading history ---------------------------------------------------------
 

@@ -128,10 +128,18 @@ class Recorder:
             self.ops.append(("truncate", entry[1], size))
 
     def _fsync(self, fd: int) -> None:
-        self._real["fsync"](fd)
+        # Recorded as it starts: another thread's write during it is not taken as covered.
         entry = self._fds.get(fd)
+        op = None
         if entry is not None:
-            self.ops.append(("fsync_dir", entry[1]) if entry[0] == "dir" else ("fsync", entry[1]))
+            op = ("fsync_dir", entry[1]) if entry[0] == "dir" else ("fsync", entry[1])
+            self.ops.append(op)
+        try:
+            self._real["fsync"](fd)
+        except BaseException:
+            if op is not None:
+                self.ops.remove(op)
+            raise
 
     def _close(self, fd: int) -> None:
         self._fds.pop(fd, None)

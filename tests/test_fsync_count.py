@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from objstore import Store
+from objstore.pack_format import RECORD_HEAD, TYPE_REF
 
 
 @pytest.fixture
@@ -53,3 +56,56 @@ def test_a_batch_syncs_at_its_end_whatever_it_holds(tmp_path: Path, fsyncs: list
             counts.append(len(fsyncs))
         # the pack, then the new ref file, the ref, its reflog and their directories
         assert counts[0] == counts[1] <= 8
+
+
+def test_eight_threads_share_fsyncs_and_each_append_returns_durable(tmp_path: Path) -> None:
+    """Group commit: while one fsync runs the other threads write, and the next fsync
+    covers them all. Each fsync is made slow here so that the sharing does not
+    depend on the machine; each append must still return only after an fsync that
+    began once its records were in the pack."""
+    real = os.fsync
+    lock = threading.Lock()
+    durable: dict[int, int] = {}  # pack fd -> bytes an fsync that has returned covered
+    count = [0]
+
+    def slow_fsync(fd: int) -> None:
+        size = os.fstat(fd).st_size  # what this fsync covers, at least
+        time.sleep(0.005)
+        real(fd)
+        with lock:
+            count[0] += 1
+            durable[fd] = max(durable.get(fd, 0), size)
+
+    per_thread = 25
+    late: list[str] = []
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(8)]
+        for sid in sids:  # the writer locks and the pack, before counting
+            store.append(sid, {"role": "user", "content": "first"})
+
+        def work(t: int) -> None:
+            for i in range(per_thread):
+                node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                w = store.objects._writer
+                assert w is not None
+                # The session's ref update is the record right after its node's.
+                at = w.index[node][0] + w.index[node][1]
+                _type, _id, length = RECORD_HEAD.unpack(os.pread(w._fd, RECORD_HEAD.size, at))
+                with lock:
+                    if _type != TYPE_REF or durable.get(w._fd, 0) < at + RECORD_HEAD.size + length:
+                        late.append(node)
+
+        os.fsync = slow_fsync
+        try:
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            os.fsync = real
+        assert late == [], f"{len(late)} appends returned before an fsync covered them"
+        appends = 8 * per_thread
+        assert count[0] <= appends // 3, f"{count[0]} fsyncs for {appends} appends"
+    with Store.open(tmp_path / "store") as store:
+        assert all(store.session(sid).messages == per_thread + 1 for sid in sids)

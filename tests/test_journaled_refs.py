@@ -6,6 +6,8 @@ and never moves it back, nor brings back a deleted session."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,40 @@ def test_a_journal_record_that_does_not_verify_is_no_value(tmp_path: Path) -> No
         writer.close()  # its seal writes the head it acknowledged, from its own memory
     with Store.open(path) as store:
         assert store.session(sid).head == heads[-1]
+
+
+def test_a_title_another_process_sets_between_appends_is_kept(tmp_path: Path) -> None:
+    """The writer reads the ref file again only when an lstat says it was replaced
+    (refs.RefStore._read_pinned): each retitle, even to a title of the same length
+    in the same clock tick, must be seen by the next append and kept."""
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session(title="t000")
+    script = (
+        "import sys\nfrom objstore import Store\n"
+        "with Store.open(sys.argv[1]) as s:\n"
+        "    for line in sys.stdin:\n"
+        "        s.set_title(sys.argv[2], line.strip())\n"
+        "        print('ok', flush=True)\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", script, str(path), sid],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert other.stdin is not None and other.stdout is not None
+    try:
+        with Store.open(path) as writer:
+            writer.append(sid, user("first"))
+            for i in range(1, 40):
+                title = f"t{i:03d}"  # the same length: the same file size every time
+                other.stdin.write(title + "\n")
+                other.stdin.flush()
+                assert other.stdout.readline() == "ok\n"
+                writer.append(sid, user(f"m{i}"))
+                info = writer.session(sid)
+                assert (info.title, info.messages) == (title, i + 1)
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+    with Store.open(path) as reader:
+        assert (reader.session(sid).title, reader.session(sid).messages) == ("t039", 40)

@@ -4,10 +4,13 @@ disk a power cut would leave at many points of it, and open the store from each.
 A child process runs a workload with ``fs_recorder.Recorder`` installed: a
 store created from nothing, appends, compactions, forks, a title, a delete, an
 import, handles that seal packs until a repack merges them, two handles of
-one process sharing an object while one of them is in a batch, and a session
+one process sharing an object while one of them is in a batch, a session
 that a second handle goes on writing from the head in the first one's
-journal. It marks each acknowledged step in the same record. Then, for each point (before every
-sync, rename and unlink, and after every acknowledgement), ``PowerCut``
+journal, and eight threads appending through one handle (their appends
+share fsyncs; an fsync is recorded as it starts, so a write made while it
+runs is not taken as covered by it). It marks each acknowledged step in the
+same record. Then, for each point (before every sync, rename and unlink, and
+after every acknowledgement), ``PowerCut``
 builds the disk states of a cut there: only fsynced data survives, and each
 name change not yet made durable by a directory fsync happened or not
 (none, all, random subsets; and XFS-style zeros where unsynced data was).
@@ -90,7 +93,8 @@ rec.mark("session", c)
 with one.batch():
     one.append(b, {"role": "user", "content": "said twice"})  # in one's pack, not synced
     two.objects.refresh()  # two sees one's pack and the object in it
-    append(two, c, "said twice")
+    said = append(two, c, "said twice")
+    assert two.node(said).content not in two.objects._writer.index, "two made its own copy"
     append(two, c, "after it")
 two.close()
 one.close()
@@ -115,6 +119,20 @@ with Store.open(store_path) as s:
     rec.mark("session", done.session)
     rec.mark("append", done.session, done.head, None)
     append(s, a, "last")
+
+import threading
+with Store.open(store_path) as s:  # eight threads, one handle: appends share fsyncs
+    many = [s.new_session(title=f"thread {t}") for t in range(8)]
+    for sid in many:
+        rec.mark("session", sid)
+    def work(t):
+        for i in range(4):
+            append(s, many[t], f"thread {t} {i}")
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
 rec.uninstall()
 rec.dump(record)
 """
