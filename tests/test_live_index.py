@@ -153,12 +153,17 @@ def test_a_damaged_live_index_never_gives_a_wrong_head_or_object(
 def test_an_entry_whose_last_record_is_not_where_it_ends_is_not_taken(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with Store.open(path) as writer:
-        # 3 records an append, 256 an entry: the index lists the whole pack, and its
-        # last entry ends with the session's newest update
-        sid, heads = write_session(writer, 256)
-        pack = live_pack(path)
-        index = pack.with_suffix(".live")
-        entries = parse(index.read_bytes(), 8, pack.stat().st_size)
+        # appends until an entry ends where the pack does: the index lists the whole
+        # pack, and its last entry ends with the session's newest update
+        sid, heads = writer.new_session(), []
+        for i in range(1000):
+            heads.append(writer.append(sid, user(f"m{i}")))
+            pack = live_pack(path)
+            index = pack.with_suffix(".live")
+            if index.exists():
+                entries = parse(index.read_bytes(), 8, pack.stat().st_size)
+                if entries and entries[-1].end == pack.stat().st_size:
+                    break
         assert entries[-1].end == pack.stat().st_size
         # the last entry again, checksum and all, without that update
         last = entries[-1]
