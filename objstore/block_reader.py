@@ -46,6 +46,8 @@ class BlockReader:
         self._objects = objects
         # id -> (content of its block, offset of its kind + NUL + body there, length)
         self._located: dict[str, tuple[bytes, int, int]] = {}
+        # id -> body, for each blob of a listed block: what a context takes, ready
+        self._blobs: dict[str, bytes] = {}
         # (pack name, record payload offset) -> the block's content, and whether its
         # objects are in ``_located`` (listed); oldest decoded first
         self._blocks: OrderedDict[tuple[str, int], tuple[bytes, bool]] = OrderedDict()
@@ -67,20 +69,27 @@ class BlockReader:
 
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
-        located, bodies = self._located, []
+        blobs = self._blobs
+        bodies: list[bytes] = []
+        add = bodies.append
         for oid in oids:
-            hit = located.get(oid) or self._take(oid)
-            if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
-                content, at, length = hit
-                bodies.append(content[at + 5 : at + length])
-                continue
-            # Not in a checked block (``_take`` has looked): read as ``get`` reads it,
-            # which names the kind, or what is wrong.
-            kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
-            if kind != "blob":
-                raise CorruptObject(oid, f"expected a blob, found a {kind}")
-            bodies.append(body)
+            body = blobs.get(oid)
+            add(body if body is not None else self._blob_body(oid))
         return bodies
+
+    def _blob_body(self, oid: str) -> bytes:
+        """The body of a blob not yet listed: the first taken from its block, or one in
+        no checked block."""
+        hit = self._located.get(oid) or self._take(oid)
+        if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
+            content, at, length = hit
+            return content[at + 5 : at + length]
+        # Not in a checked block (``_take`` has looked): read as ``get`` reads it,
+        # which names the kind, or what is wrong.
+        kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
+        if kind != "blob":
+            raise CorruptObject(oid, f"expected a blob, found a {kind}")
+        return body
 
     def _take(self, oid: str) -> tuple[bytes, int, int] | None:
         """Where ``oid`` is in a checked block, decoding that block if it is new; None if
@@ -103,12 +112,14 @@ class BlockReader:
                 if was_listed:  # it was listed whole, so it divides into entries
                     for member, _, _ in iter_block(dropped):
                         self._located.pop(member, None)
-            # The index's word, checked against the entry head the block holds.
-            if not _HEAD <= at <= len(content) - length:
-                return None
-            if BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD) != (bytes.fromhex(oid), length):
-                return None
-            return content, at, length
+                        self._blobs.pop(member, None)
+            # The index's word, checked against the entry head the block holds; where
+            # they disagree, the block's own list of its objects decides.
+            if _HEAD <= at <= len(content) - length and BLOCK_ENTRY_HEAD.unpack_from(
+                content, at - _HEAD
+            ) == (bytes.fromhex(oid), length):
+                return content, at, length
+            block = (content, False)
         content, listed = block
         if listed:
             return None  # the block does not hold it, whatever the index says
@@ -118,4 +129,10 @@ class BlockReader:
             return None
         self._blocks[key] = (content, True)
         self._located.update(members)
+        blob = b"blob\0"
+        self._blobs.update(
+            (member, content[at + 5 : at + length])
+            for member, (_, at, length) in members.items()
+            if content.startswith(blob, at)
+        )
         return members.get(oid)

@@ -288,12 +288,13 @@ class BlockPackWriter(PackWriter):
         super().__init__(pack_dir, tmp_dir, BLOCK_PACK_MAGIC)
         self._buckets = [bytearray() for _ in range(256)]
         self._prefixes = IdSet(expected, key_bytes=4)
-        self._pending: dict[str, bytes] = {}
-        self._pending_bytes = 0
+        # One block being filled per group (``block_group``), each written when full.
+        self._pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
+        self._pending_bytes = [0] * BLOCK_GROUPS
 
     def __contains__(self, oid: str) -> bool:
         """Whether ``oid`` was added (written, or waiting for its block)."""
-        return oid in self._pending or self._written(bytes.fromhex(oid))
+        return any(oid in pending for pending in self._pending) or self._written(bytes.fromhex(oid))
 
     def _written(self, raw: bytes) -> bool:
         if raw not in self._prefixes:
@@ -312,10 +313,11 @@ class BlockPackWriter(PackWriter):
         """Add an object by its ``kind + NUL + body`` (verified by the caller)."""
         if oid in self:
             return
-        self._pending[oid] = content
-        self._pending_bytes += len(content)
-        if self._pending_bytes >= BLOCK_BYTES:
-            self._flush()
+        group = block_group(content)
+        self._pending[group][oid] = content
+        self._pending_bytes[group] += len(content)
+        if self._pending_bytes[group] >= BLOCK_BYTES:
+            self._flush_group(group)
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Add objects by their stored form as plain records (a damaged copy kept as it is)."""
@@ -338,13 +340,18 @@ class BlockPackWriter(PackWriter):
                 self._entry(bytes.fromhex(oid), at, inner, size)
 
     def _flush(self) -> None:
-        if not self._pending:
+        for group in range(BLOCK_GROUPS):
+            self._flush_group(group)
+
+    def _flush_group(self, group: int) -> None:
+        pending = self._pending[group]
+        if not pending:
             return
-        content = encode_block(self._pending.items())
+        content = encode_block(pending.items())
         frame = _block_compressor().compress(content)
         at = self.size + RECORD_HEAD.size
         self._write([(TYPE_BLOCK, blake3.blake3(frame).digest(), frame)])
-        self._pending, self._pending_bytes = {}, 0
+        self._pending[group], self._pending_bytes[group] = {}, 0
         for oid, inner, length in iter_block(content):
             self._entry(bytes.fromhex(oid), at, inner, length)
 
@@ -365,6 +372,27 @@ nearby messages (on generated agent transcripts about 3x smaller than compressin
 each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
+BLOCK_GROUPS: Final = 3
+_CHAIN_NODE: Final = 0
+_OTHER_NODE: Final = 1
+_NOT_A_NODE: Final = 2
+
+
+def block_group(content: bytes) -> int:
+    """Which blocks an object (``kind + NUL + body``) is put in (FORMAT.md 5.5): nodes
+    that carry a span and compactions, what a context read walks, apart from other
+    nodes, and both apart from messages, states and files, so that reading a
+    context decodes few bytes it does not use. A placement only: readers find an
+    object by the index wherever it is, so a meta text that fools the test below
+    (canonical keys are sorted: ``span`` comes after ``meta``) costs nothing but
+    speed."""
+    if not content.startswith(b"node\0"):
+        return _NOT_A_NODE
+    if content.startswith(b'node\0{"kept":') or content.rfind(b',"span":{"after":') > 0:
+        return _CHAIN_NODE
+    return _OTHER_NODE
+
+
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
 _SUM: Final = 1 << 64
@@ -382,29 +410,31 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
     parts: list[bytes] = [BLOCK_PACK_MAGIC]
     size = len(BLOCK_PACK_MAGIC)
     entries: dict[str, tuple[int, int, int]] = {}
-    pending: dict[str, bytes] = {}
-    pending_bytes = 0
+    pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
+    pending_bytes = [0] * BLOCK_GROUPS
 
-    def flush() -> None:
-        nonlocal size, pending, pending_bytes
-        content = encode_block(pending.items())
+    def flush(group: int) -> None:
+        nonlocal size
+        content = encode_block(pending[group].items())
         frame = _block_compressor().compress(content)
         at = size + RECORD_HEAD.size
         parts.append(encode_record(TYPE_BLOCK, blake3.blake3(frame).digest(), frame))
         size += RECORD_HEAD.size + len(frame)
         for oid, inner, length in iter_block(content):
             entries[oid] = (at, inner, length)
-        pending, pending_bytes = {}, 0
+        pending[group], pending_bytes[group] = {}, 0
 
     for oid, content in contents:
-        if oid in entries or oid in pending:
+        if oid in entries or any(oid in waiting for waiting in pending):
             continue
-        pending[oid] = content
-        pending_bytes += len(content)
-        if pending_bytes >= BLOCK_BYTES:
-            flush()
-    if pending:
-        flush()
+        group = block_group(content)
+        pending[group][oid] = content
+        pending_bytes[group] += len(content)
+        if pending_bytes[group] >= BLOCK_BYTES:
+            flush(group)
+    for group in range(BLOCK_GROUPS):
+        if pending[group]:
+            flush(group)
     return b"".join(parts), encode_index(entries.items(), size, version=2)
 
 

@@ -19,6 +19,7 @@ from objstore import CorruptObject, InvalidName, ObjectError, Store, block_reade
 from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
+from objstore.nodes import parse_node
 from objstore.pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, RECORD_HEAD, parse_index
 
 
@@ -67,27 +68,74 @@ def test_a_context_longer_than_the_blocks_a_reader_keeps_reads_back_exactly(
         assert s.context(sid) == messages(600)
 
 
+def test_a_sealed_pack_keeps_chain_nodes_other_nodes_and_the_rest_in_blocks_apart(
+    tmp_path: Path,
+) -> None:
+    """What a context read walks (nodes with a span, compactions), the other nodes, and
+    the messages and states sit in blocks of their own (FORMAT.md 5.5), so a context
+    read decodes no node it skips; merged packs keep them apart too."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for i, message in enumerate(messages(100)):
+            s.append(sid, message, state={"step": i})
+            if i == 60:
+                s.compact(sid, "so far", keep=2)
+    for merged in (False, True):
+        if merged:
+            for i in range(9):  # more than 8 packs: the next repack merges them
+                with Store.open(path) as s:
+                    s.append(sid, {"role": "user", "content": f"one more {i}"})
+        with Store.open(path) as s:
+            if merged:  # sealing the last one merged them (FORMAT.md 5.4)
+                assert len(s.objects.sealed_packs()) < 10
+            classes = []
+            for pack in s.objects.sealed_packs():
+                for _record, content, members in pack.blocks():
+                    assert content is not None
+                    found = set()
+                    for oid, at, length in members:
+                        kind, body = content[at : at + length].split(b"\0", 1)
+                        node = parse_node(oid, body) if kind == b"node" else None
+                        if node is None:
+                            found.add("not a node")
+                        elif node.span is not None or node.is_compaction:
+                            found.add("chain")
+                        else:
+                            found.add("other node")
+                    classes.append(found)
+        assert all(len(found) == 1 for found in classes), classes
+        assert {c for found in classes for c in found} == {"chain", "other node", "not a node"}
+        with Store.open(path) as s:
+            last = {"role": "user", "content": "one more 8"} if merged else messages(100)[-1]
+            assert s.context(sid)[-1] == last
+
+
 def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: Path) -> None:
     """A flipped bit anywhere in a block record (its checksum, its length, its zstd
-    frame) never gives a context that differs from the one written."""
+    frame), of any block (the nodes' and the messages'), never gives a context that
+    differs from the one written."""
     path = tmp_path / "s"
-    sid = sealed_session(path, 12)
+    sid = sealed_session(path, 20)
     pack = only_pack(path)
     good = pack.read_bytes()
-    (start, end), *_ = block_records(pack)
-    errors = 0
-    for at in range(start, end):
-        damaged = bytearray(good)
-        damaged[at] ^= 0x10
-        pack.write_bytes(damaged)
-        try:
-            with Store.open(path) as s:
-                context = s.context(sid)
-        except ObjectError:
-            errors += 1
-            continue
-        assert context == messages(12), f"byte {at} flipped gave another context"
-    assert errors > (end - start) // 2  # most flips are seen, none is returned
+    records = block_records(pack)
+    assert len(records) == 3  # the span node, the other nodes, the messages
+    for start, end in records:
+        errors = 0
+        for at in range(start, end):
+            damaged = bytearray(good)
+            damaged[at] ^= 0x10
+            pack.write_bytes(damaged)
+            try:
+                with Store.open(path) as s:
+                    context = s.context(sid)
+            except ObjectError:
+                errors += 1
+                continue
+            assert context == messages(20), f"byte {at} flipped gave another context"
+        assert errors > (end - start) // 2  # most flips are seen, none is returned
+    pack.write_bytes(good)
 
 
 def shift_index_entries(index: Path, which: set[bytes] | None, by: int) -> None:
@@ -119,8 +167,10 @@ def test_an_index_that_points_into_the_wrong_place_is_not_believed(
         assert s.context(sid) == messages(5)  # the block lists it by its own ids
     index.write_bytes(good)
     shift_index_entries(index, None, shift)
-    with Store.open(path) as s, pytest.raises(CorruptObject):
-        s.context(sid)
+    with Store.open(path) as s:
+        assert s.context(sid) == messages(5)  # each block lists its own objects
+        with pytest.raises(CorruptObject):
+            list(s.log(sid))  # one object at a time: what the index points at, hashed
 
 
 def test_a_block_rewritten_with_a_matching_checksum_is_named_by_fsck_and_object_reads(
