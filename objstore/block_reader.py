@@ -10,6 +10,12 @@ decompression, no hash of its own. (A context mostly reads whole blocks; an
 old message that a later one repeats sits alone in an older block, which is
 then not listed.)
 
+The messages of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its writer
+read each of them exactly with orjson alone, and the claim is covered by the
+block's checksum) are parsed by orjson with no walk; those of any other block
+are walked for their nesting and for integers orjson cannot read exactly
+(``limits.parse_json_many``), as every single read walks them.
+
 An object that is in no such block (in a pack being written, a loose file, a
 plain record, a block that fails its checksum) is read by
 ``ObjectStore.get``, verified against its id as always.
@@ -22,11 +28,14 @@ it for the life of a store handle.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from .errors import CorruptObject
+from .limits import parse_json_many
 from .objects import ID_RE
-from .pack_format import BLOCK_ENTRY_HEAD, block_members, iter_block
+from .pack_format import BLOCK_ENTRY_HEAD, WITHIN_LIMITS, block_members, iter_block
 
 if TYPE_CHECKING:
     from .object_store import ObjectStore
@@ -46,11 +55,13 @@ class BlockReader:
         self._objects = objects
         # id -> (content of its block, offset of its kind + NUL + body there, length)
         self._located: dict[str, tuple[bytes, int, int]] = {}
-        # id -> body, for each blob of a listed block: what a context takes, ready
+        # id -> body, for each blob of a listed block: what a context takes, ready;
+        # those of blocks that claim to need no walk (FORMAT.md 5.5) apart
+        self._exact_blobs: dict[str, bytes] = {}
         self._blobs: dict[str, bytes] = {}
-        # (pack name, record payload offset) -> the block's content, and whether its
-        # objects are in ``_located`` (listed); oldest decoded first
-        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, bool]] = OrderedDict()
+        # (pack name, record payload offset) -> the block's content, the flags it
+        # claims, and whether its objects are in ``_located`` (listed); oldest first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, int, bool]] = OrderedDict()
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
@@ -67,20 +78,43 @@ class BlockReader:
         """``(kind, body)`` of each object, in order."""
         return [self.get(oid) for oid in oids]
 
+    def blob_values(self, oids: list[str]) -> list[Any]:
+        """The value of each blob, in order, a new value for each (as
+        ``limits.parse_json_many`` reads them): a blob of a block that claims
+        WITHIN_LIMITS is read by orjson alone, every other one is walked as usual.
+        CorruptObject for an object of another kind; ValueError (NestingTooDeep,
+        orjson's JSONDecodeError) for a body that cannot be read, without naming it:
+        ``blob_bodies`` then gives the bodies, to read one at a time."""
+        exact, loads = self._exact_blobs, orjson.loads
+        values: list[Any] = []
+        add = values.append
+        to_walk: list[int] = []
+        for oid in oids:
+            body = exact.get(oid)
+            if body is None:
+                body = self._blob_body(oid, whole=True)
+                if oid not in exact:
+                    to_walk.append(len(values))
+                    add(body)
+                    continue
+            add(loads(body))
+        if to_walk:
+            walked = parse_json_many([values[i] for i in to_walk])
+            for i, value in zip(to_walk, walked, strict=True):
+                values[i] = value
+        return values
+
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
-        blobs = self._blobs
-        bodies: list[bytes] = []
-        add = bodies.append
-        for oid in oids:
-            body = blobs.get(oid)
-            add(body if body is not None else self._blob_body(oid))
-        return bodies
+        return [
+            self._exact_blobs.get(oid) or self._blobs.get(oid) or self._blob_body(oid)
+            for oid in oids
+        ]
 
-    def _blob_body(self, oid: str) -> bytes:
-        """The body of a blob not yet listed: the first taken from its block, or one in
-        no checked block."""
-        hit = self._located.get(oid) or self._take(oid)
+    def _blob_body(self, oid: str, whole: bool = False) -> bytes:
+        """The body of a blob not yet listed: the first taken from its block (``whole``:
+        its block is listed then), or one in no checked block."""
+        hit = self._located.get(oid) or self._take(oid, whole)
         if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
             content, at, length = hit
             return content[at + 5 : at + length]
@@ -91,9 +125,9 @@ class BlockReader:
             raise CorruptObject(oid, f"expected a blob, found a {kind}")
         return body
 
-    def _take(self, oid: str) -> tuple[bytes, int, int] | None:
-        """Where ``oid`` is in a checked block, decoding that block if it is new; None if
-        it is in none (or the index and the block disagree)."""
+    def _take(self, oid: str, whole: bool = False) -> tuple[bytes, int, int] | None:
+        """Where ``oid`` is in a checked block, decoding that block if it is new (and
+        listing it if ``whole``); None if it is in none (or in none its index names)."""
         if not ID_RE.fullmatch(oid):
             return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
@@ -103,36 +137,36 @@ class BlockReader:
         key = (pack.path.name, off)
         block = self._blocks.get(key)
         if block is None:
-            content = pack.checked_block(off)
-            if content is None:
+            checked = pack.checked_block(off)
+            if checked is None:
                 return None
-            self._blocks[key] = (content, False)
+            content, flags = checked
+            block = self._blocks[key] = (content, flags, False)
             if len(self._blocks) > MAX_BLOCKS:
-                _, (dropped, was_listed) = self._blocks.popitem(last=False)
+                _, (dropped, _, was_listed) = self._blocks.popitem(last=False)
                 if was_listed:  # it was listed whole, so it divides into entries
                     for member, _, _ in iter_block(dropped):
                         self._located.pop(member, None)
+                        self._exact_blobs.pop(member, None)
                         self._blobs.pop(member, None)
             # The index's word, checked against the entry head the block holds; where
             # they disagree, the block's own list of its objects decides.
-            if _HEAD <= at <= len(content) - length and BLOCK_ENTRY_HEAD.unpack_from(
-                content, at - _HEAD
-            ) == (bytes.fromhex(oid), length):
+            if (
+                not whole
+                and _HEAD <= at <= len(content) - length
+                and BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD)
+                == (bytes.fromhex(oid), length)
+            ):
                 return content, at, length
-            block = (content, False)
-        content, listed = block
+        content, flags, listed = block
         if listed:
             return None  # the block does not hold it, whatever the index says
+        blobs: dict[str, bytes] = {}
         try:
-            members = block_members(content)
+            members = block_members(content, blobs)
         except ValueError:
             return None
-        self._blocks[key] = (content, True)
+        self._blocks[key] = (content, flags, True)
         self._located.update(members)
-        blob = b"blob\0"
-        self._blobs.update(
-            (member, content[at + 5 : at + length])
-            for member, (_, at, length) in members.items()
-            if content.startswith(blob, at)
-        )
+        (self._exact_blobs if flags & WITHIN_LIMITS else self._blobs).update(blobs)
         return members.get(oid)

@@ -43,6 +43,7 @@ from . import canonical, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .id_set import IdSet
+from .limits import read_exactly
 from .pack_format import (
     BLOCK_ENTRY_HEAD,
     BLOCK_IDX_ENTRY,
@@ -56,10 +57,13 @@ from .pack_format import (
     TYPE_BLOCK,
     TYPE_OBJECT,
     TYPE_REF,
+    WITHIN_LIMITS,
     Location,
     Scan,
+    block_claim,
     block_entries,
     encode_block,
+    encode_claim,
     encode_index,
     encode_record,
     iter_block,
@@ -347,10 +351,9 @@ class BlockPackWriter(PackWriter):
         pending = self._pending[group]
         if not pending:
             return
-        content = encode_block(pending.items())
-        frame = _block_compressor().compress(content)
+        content, payload = block_payload(pending)
         at = self.size + RECORD_HEAD.size
-        self._write([(TYPE_BLOCK, blake3.blake3(frame).digest(), frame)])
+        self._write([(TYPE_BLOCK, blake3.blake3(payload).digest(), payload)])
         self._pending[group], self._pending_bytes[group] = {}, 0
         for oid, inner, length in iter_block(content):
             self._entry(bytes.fromhex(oid), at, inner, length)
@@ -372,25 +375,38 @@ nearby messages (on generated agent transcripts about 3x smaller than compressin
 each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
-BLOCK_GROUPS: Final = 3
+BLOCK_GROUPS: Final = 4
 _CHAIN_NODE: Final = 0
 _OTHER_NODE: Final = 1
-_NOT_A_NODE: Final = 2
+_BLOB: Final = 2
+_FILE: Final = 3
 
 
 def block_group(content: bytes) -> int:
     """Which blocks an object (``kind + NUL + body``) is put in (FORMAT.md 5.5): nodes
     that carry a span and compactions, what a context read walks, apart from other
-    nodes, and both apart from messages, states and files, so that reading a
-    context decodes few bytes it does not use. A placement only: readers find an
-    object by the index wherever it is, so a meta text that fools the test below
-    (canonical keys are sorted: ``span`` comes after ``meta``) costs nothing but
-    speed."""
+    nodes, and both apart from blobs (messages, states) and files, so that reading a
+    context decodes few bytes it does not use, and the blocks of JSON objects can
+    claim to need no walk. A placement only: readers find an object by the index
+    wherever it is, so a meta text that fools the test below (canonical keys are
+    sorted: ``span`` comes after ``meta``) costs nothing but speed."""
     if not content.startswith(b"node\0"):
-        return _NOT_A_NODE
+        return _FILE if content.startswith(b"file\0") else _BLOB
     if content.startswith(b'node\0{"kept":') or content.rfind(b',"span":{"after":') > 0:
         return _CHAIN_NODE
     return _OTHER_NODE
+
+
+def block_payload(objects_in: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """The content of a block of ``objects_in`` (id -> ``kind + NUL + body``, verified
+    by the caller) and its record's payload: the zstd frame, then its claim (5.5),
+    WITHIN_LIMITS if every object is a blob or a node that orjson reads exactly."""
+    content = encode_block(objects_in.items())
+    exact = all(
+        (piece.startswith(b"blob\0") or piece.startswith(b"node\0")) and read_exactly(piece[5:])
+        for piece in objects_in.values()
+    )
+    return content, encode_claim(_block_compressor().compress(content), WITHIN_LIMITS * exact)
 
 
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
@@ -415,11 +431,10 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
 
     def flush(group: int) -> None:
         nonlocal size
-        content = encode_block(pending[group].items())
-        frame = _block_compressor().compress(content)
+        content, payload = block_payload(pending[group])
         at = size + RECORD_HEAD.size
-        parts.append(encode_record(TYPE_BLOCK, blake3.blake3(frame).digest(), frame))
-        size += RECORD_HEAD.size + len(frame)
+        parts.append(encode_record(TYPE_BLOCK, blake3.blake3(payload).digest(), payload))
+        size += RECORD_HEAD.size + len(payload)
         for oid, inner, length in iter_block(content):
             entries[oid] = (at, inner, length)
         pending[group], pending_bytes[group] = {}, 0
@@ -623,10 +638,11 @@ class SealedPack:
             return None
         return loc[0], loc[1], loc[2]
 
-    def checked_block(self, off: int) -> bytes | None:
-        """The content of the block whose record payload starts at ``off``, if its frame
-        matches the record's checksum (the BLAKE3 of the frame, 5.1) and decompresses;
-        None otherwise (then ``get`` reads and verifies each object alone).
+    def checked_block(self, off: int) -> tuple[bytes, int] | None:
+        """The content of the block whose record payload starts at ``off`` and the flags
+        it claims (5.5), if its payload matches the record's checksum (the BLAKE3 of
+        the payload, 5.1) and decompresses; None otherwise (then ``get`` reads and
+        verifies each object alone).
 
         Every writer of a block verified each object in it against its id (5.5), so
         an object of a block that matches its checksum needs no hash of its own."""
@@ -635,7 +651,7 @@ class SealedPack:
             with self._frame(off) as frame:
                 if blake3.blake3(frame).digest() != checksum:
                     return None
-                return decompress_block(frame)
+                return decompress_block(frame), block_claim(frame)
         except (ValueError, struct.error):
             return None
 
@@ -941,6 +957,9 @@ class SealedPack:
         size, pos = len(content), 0
         hashed, kinds, place = blake3.blake3, _KIND_NAMES, self._placement_key().pack
         count = total = 0
+        # What a context read believes without a walk (5.5) is checked here, every time.
+        claimed = block_claim(payload) & WITHIN_LIMITS
+        unclaimed: list[str] = []
         while pos + head <= size:
             raw, n = unpack(content, pos)
             if pos + head + n > size:
@@ -958,10 +977,18 @@ class SealedPack:
             else:
                 count += 1
                 total += hash(place(int.from_bytes(raw[:8]), off, pos, n))
+                if claimed and (name not in ("blob", "node") or not read_exactly(body)):
+                    unclaimed.append(oid)
                 yield oid, (name, body)
             pos += n
         sums[0] += count
         sums[1] += total
+        if unclaimed:
+            problems.append(
+                f"block {where} claims that each of its objects reads exactly without a "
+                f"walk, but {len(unclaimed)} do not (first {unclaimed[0]}); a context read "
+                "believes the claim"
+            )
         if pos < size:
             why = f"a block entry is cut at {pos}"
             problems.append(f"block {where} cannot be read ({why})")

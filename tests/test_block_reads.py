@@ -9,9 +9,11 @@ files on disk, the way a disk or a careless hand would.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from conftest import store_with_damaged_message
 
@@ -20,7 +22,18 @@ from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
 from objstore.nodes import parse_node
-from objstore.pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, RECORD_HEAD, parse_index
+from objstore.pack_format import (
+    BLOCK_IDX_ENTRY,
+    CLAIM,
+    ENTRIES_AT,
+    RECORD_HEAD,
+    WITHIN_LIMITS,
+    block_claim,
+    encode_claim,
+    iter_block,
+    parse_index,
+)
+from objstore.packs import decompress_block
 
 
 def messages(n: int) -> list[dict[str, Any]]:
@@ -245,3 +258,104 @@ def test_parsing_many_texts_refuses_what_parsing_each_refuses() -> None:
     for texts in ([b"{}", too_deep], [b"{}", b"{nope"]):
         with pytest.raises(ValueError):
             parse_json_many(texts)
+
+
+BIG = {"role": "tool", "content": "n", "values": [2**64, -(2**63) - 1, 2**70, 1.5e300]}
+
+
+def blocks_of(pack: Path) -> list[tuple[int, int, bytes]]:
+    """(offset of the record, its claim, its content) of each block of a block pack."""
+    data = pack.read_bytes()
+    out = []
+    for start, end in block_records(pack):
+        payload = data[start + RECORD_HEAD.size : end]
+        out.append((start, block_claim(payload), decompress_block(payload)))
+    return out
+
+
+def kinds_in(content: bytes) -> set[bytes]:
+    return {content[at : at + 4] for _, at, _ in iter_block(content)}
+
+
+def test_blocks_of_json_claim_to_read_exactly_unless_an_object_needs_the_walk(
+    tmp_path: Path,
+) -> None:
+    """The writer claims WITHIN_LIMITS (FORMAT.md 5.5) for a block whose every object it
+    read exactly with orjson alone, and for no other: the block holding a number
+    beyond 64 bits, or holding files, claims nothing, and that number comes back
+    exactly, while the blocks around it are read without a walk."""
+    long = [{"role": "user", "content": f"{i} " + "x" * 2000} for i in range(150)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in [*long, BIG, *messages(3)]:
+            s.append(sid, message)
+        s.append(sid, {"role": "tool", "content": "ok"}, files={"a.py": (None, b"print(1)\n")})
+    claims = {}
+    for _, claim, content in blocks_of(only_pack(tmp_path / "s")):
+        holds_big = b"18446744073709551616" in content
+        claims[(frozenset(kinds_in(content)), holds_big)] = claim
+    assert claims == {
+        (frozenset({b"node"}), False): WITHIN_LIMITS,  # the span nodes, then the others
+        (frozenset({b"blob"}), False): WITHIN_LIMITS,  # the first 128 KiB of messages
+        (frozenset({b"blob"}), True): 0,
+        (frozenset({b"file"}), False): 0,
+    }
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context[:-1] == [*long, BIG, *messages(3)]
+    assert type(context[150]["values"][0]) is int
+
+
+def test_a_false_claim_is_named_by_fsck_and_reads_of_one_object_stay_exact(
+    tmp_path: Path,
+) -> None:
+    """A claim is covered by the block's checksum, so damage cannot make one; a block
+    written again with a false claim and a checksum to match (another writer, not
+    damage) is believed by a context read, which reads the number as orjson does,
+    and named by fsck; a read of the message alone walks it as always."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in [*messages(3), BIG]:
+            s.append(sid, message)
+        blob = s.node(s.node_id(sid)).content
+    pack = only_pack(path)
+    data = bytearray(pack.read_bytes())
+    ((start, _, _content),) = [b for b in blocks_of(pack) if kinds_in(b[2]) == {b"blob"}]
+    head = RECORD_HEAD.unpack_from(data, start)
+    payload = bytes(data[start + RECORD_HEAD.size : start + RECORD_HEAD.size + head[2]])
+    assert block_claim(payload) == 0
+    claimed = encode_claim(payload[: -CLAIM.size], WITHIN_LIMITS)  # the same length
+    RECORD_HEAD.pack_into(data, start, head[0], blake3.blake3(claimed).digest(), len(claimed))
+    data[start + RECORD_HEAD.size : start + RECORD_HEAD.size + len(claimed)] = claimed
+    pack.write_bytes(data)
+    with Store.open(path) as s:
+        assert type(s.context(sid)[3]["values"][0]) is float  # what the claim says
+        assert s.blob(blob) == BIG and type(s.blob(blob)["values"][0]) is int
+        problems = [str(p) for p in check_store(s).problems]
+    assert any("claims that each of its objects reads exactly" in p for p in problems)
+
+
+def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
+    """A store whose block packs an ags before this layout wrote (nodes and messages in
+    one block, no claim: tests/fixtures/unclaimed_blocks) reads the same context,
+    walked, passes fsck, and takes new writes, whose blocks claim."""
+    fixture = Path(__file__).parent / "fixtures" / "unclaimed_blocks"
+    path = tmp_path / "s"
+    shutil.copytree(fixture / "store", path)
+    expected = json.loads((fixture / "expected.json").read_text())
+    sid = expected["session"]
+    (old_pack,) = (path / "objects" / "pack").glob("*.pack")
+    assert [(claim, kinds_in(c)) for _, claim, c in blocks_of(old_pack)] == [
+        (0, {b"blob", b"node"})
+    ]
+    with Store.open(path) as s:
+        context = s.context(sid)
+        assert context == expected["context"] and type(context[7]["values"][0]) is int
+        assert check_store(s).ok
+        s.append(sid, {"role": "user", "content": "after"})
+    with Store.open(path) as s:
+        assert s.context(sid) == [*expected["context"], {"role": "user", "content": "after"}]
+        assert check_store(s).ok
+    (new_pack,) = set((path / "objects" / "pack").glob("*.pack")) - {old_pack}
+    assert {claim for _, claim, _ in blocks_of(new_pack)} == {WITHIN_LIMITS}
