@@ -17,6 +17,7 @@ import blake3
 import pytest
 from conftest import store_with_damaged_message
 
+import objstore.store
 from objstore import CorruptObject, InvalidName, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
@@ -124,16 +125,19 @@ def test_a_sealed_pack_keeps_chain_nodes_other_nodes_and_the_rest_in_blocks_apar
             assert s.context(sid)[-1] == last
 
 
-def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: Path) -> None:
+def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A flipped bit anywhere in a block record (its checksum, its length, its zstd
-    frame), of any block (the nodes' and the messages'), never gives a context that
-    differs from the one written."""
+    frame, its claim), of any block (the nodes' and the messages'), never gives a
+    context that differs from the one written."""
+    monkeypatch.setattr(objstore.store, "SPAN_EVERY", 4)  # span nodes in a short session
     path = tmp_path / "s"
-    sid = sealed_session(path, 20)
+    sid = sealed_session(path, 22)  # its head walks two plain nodes to a span
     pack = only_pack(path)
     good = pack.read_bytes()
     records = block_records(pack)
-    assert len(records) == 3  # the span node, the other nodes, the messages
+    assert len(records) == 3  # the span nodes, the other nodes, the messages
     for start, end in records:
         errors = 0
         for at in range(start, end):
@@ -146,7 +150,7 @@ def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: 
             except ObjectError:
                 errors += 1
                 continue
-            assert context == messages(20), f"byte {at} flipped gave another context"
+            assert context == messages(22), f"byte {at} flipped gave another context"
         assert errors > (end - start) // 2  # most flips are seen, none is returned
     pack.write_bytes(good)
 
@@ -353,9 +357,12 @@ def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
         context = s.context(sid)
         assert context == expected["context"] and type(context[7]["values"][0]) is int
         assert check_store(s).ok
-        s.append(sid, {"role": "user", "content": "after"})
+        for message in messages(100):  # spans of 64 after its spans of 16
+            s.append(sid, message)
     with Store.open(path) as s:
-        assert s.context(sid) == [*expected["context"], {"role": "user", "content": "after"}]
+        assert s.context(sid) == [*expected["context"], *messages(100)]
+        spans = [len(n.span.messages) for n in s.walk(sid) if n.span is not None]
+        assert spans == [64, 16, 16]  # the new one counted from the last old one
         assert check_store(s).ok
     (new_pack,) = set((path / "objects" / "pack").glob("*.pack")) - {old_pack}
     assert {claim for _, claim, _ in blocks_of(new_pack)} == {WITHIN_LIMITS}
