@@ -65,9 +65,11 @@ class BlockReader:
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
-        hit = self._located.get(oid) or self._take(oid)
+        hit = self._listed(oid) or self._take(oid)
         if hit is None:
             return self._objects.get(oid)
+        if isinstance(hit, bytes):
+            return "blob", hit
         content, at, length = hit
         kind = _KINDS.get(content[at : at + 4])
         if kind is None or content[at + 4] != 0:
@@ -106,28 +108,29 @@ class BlockReader:
 
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
-        return [
-            self._exact_blobs.get(oid) or self._blobs.get(oid) or self._blob_body(oid)
-            for oid in oids
-        ]
+        return [self._blob_body(oid) for oid in oids]
+
+    def _listed(self, oid: str) -> tuple[bytes, int, int] | bytes | None:
+        """Where ``oid`` is in a block listed already: its body if it is a blob."""
+        return self._exact_blobs.get(oid) or self._blobs.get(oid) or self._located.get(oid)
 
     def _blob_body(self, oid: str, whole: bool = False) -> bytes:
-        """The body of a blob not yet listed: the first taken from its block (``whole``:
-        its block is listed then), or one in no checked block."""
-        hit = self._located.get(oid) or self._take(oid, whole)
-        if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
-            content, at, length = hit
-            return content[at + 5 : at + length]
-        # Not in a checked block (``_take`` has looked): read as ``get`` reads it,
-        # which names the kind, or what is wrong.
+        """The body of a blob: listed, or the first taken from its block (``whole``: its
+        block is listed then), or one in no checked block."""
+        hit = self._listed(oid) or self._take(oid, whole)
+        if isinstance(hit, bytes):
+            return hit
+        # Not a blob in a checked block (``_take`` has looked): read as ``get`` reads
+        # it, which names the kind, or what is wrong.
         kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
         if kind != "blob":
             raise CorruptObject(oid, f"expected a blob, found a {kind}")
         return body
 
-    def _take(self, oid: str, whole: bool = False) -> tuple[bytes, int, int] | None:
-        """Where ``oid`` is in a checked block, decoding that block if it is new (and
-        listing it if ``whole``); None if it is in none (or in none its index names)."""
+    def _take(self, oid: str, whole: bool = False) -> tuple[bytes, int, int] | bytes | None:
+        """Where ``oid`` is in a checked block (its body, if it is a blob of a block
+        listed), decoding that block if it is new (and listing it if ``whole``); None
+        if it is in none (or in none its index names)."""
         if not ID_RE.fullmatch(oid):
             return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
@@ -157,6 +160,8 @@ class BlockReader:
                 and BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD)
                 == (bytes.fromhex(oid), length)
             ):
+                if content.startswith(b"blob\0", at):
+                    return content[at + 5 : at + length]
                 return content, at, length
         content, flags, listed = block
         if listed:
@@ -169,4 +174,4 @@ class BlockReader:
         self._blocks[key] = (content, flags, True)
         self._located.update(members)
         (self._exact_blobs if flags & WITHIN_LIMITS else self._blobs).update(blobs)
-        return members.get(oid)
+        return blobs.get(oid) or members.get(oid)

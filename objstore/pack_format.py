@@ -185,8 +185,8 @@ def block_members(
 ) -> dict[str, tuple[bytes, int, int]]:
     """Each object of a block's content by id: ``(content, offset, length)`` of its ``kind +
     NUL + body``, as ``iter_block`` finds them, with the same checks; in one loop kept
-    tight for readers that take a whole block at once (block_reader.py), which may ask
-    for the body of each blob too, in ``blobs``."""
+    tight for readers that take a whole block at once (block_reader.py). Given
+    ``blobs``, each blob goes there instead, as its body: what a context takes."""
     unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
     members: dict[str, tuple[bytes, int, int]] = {}
     pos = 0
@@ -202,10 +202,10 @@ def block_members(
             while pos < size:
                 raw, length = unpack(content, pos)
                 pos += head
-                oid = raw.hex()
-                members[oid] = (content, pos, length)
                 if content.startswith(blob, pos):
-                    blobs[oid] = content[pos + 5 : pos + length]
+                    blobs[raw.hex()] = content[pos + 5 : pos + length]
+                else:
+                    members[raw.hex()] = (content, pos, length)
                 pos += length
     except struct.error:
         raise ValueError(f"a block entry is cut at {pos}") from None

@@ -454,13 +454,20 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
 
 
 def verified_block(frame: bytes | memoryview) -> list[tuple[str, int, int]]:
-    """``(id, offset, length)`` of each object of a block frame from elsewhere (a pack
-    received whole, or blocks read by range), every object checked against its id;
-    ValueError or CorruptObject for a frame that is not what it claims."""
+    """``(id, offset, length)`` of each object of a block payload from elsewhere (a pack
+    received whole, or blocks read by range), every object checked against its id,
+    and against the block's claim if it makes one (5.5: the records are kept as they
+    are, so a context read here will believe it); ValueError or CorruptObject for a
+    payload that is not what it claims."""
     content = decompress_block(frame)
     members = list(iter_block(content))
+    exact = block_claim(frame) & WITHIN_LIMITS
     for oid, inner, n in members:
-        objects.verified(oid, content[inner : inner + n])
+        kind, body = objects.verified(oid, content[inner : inner + n])
+        if exact and (kind not in ("blob", "node") or not read_exactly(body)):
+            raise ValueError(
+                f"it claims that each of its objects reads exactly, but {oid} does not"
+            )
     return members
 
 

@@ -9,6 +9,7 @@ files on disk, the way a disk or a careless hand would.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,23 +19,25 @@ import pytest
 from conftest import store_with_damaged_message
 
 import objstore.store
-from objstore import CorruptObject, InvalidName, ObjectError, Store, block_reader
+from objstore import CorruptObject, DamagedPack, InvalidName, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
 from objstore.nodes import parse_node
+from objstore.objects import object_id
 from objstore.pack_format import (
     BLOCK_IDX_ENTRY,
     CLAIM,
     ENTRIES_AT,
     RECORD_HEAD,
+    TYPE_BLOCK,
     WITHIN_LIMITS,
     block_claim,
     encode_claim,
     iter_block,
     parse_index,
 )
-from objstore.packs import decompress_block
+from objstore.packs import decompress_block, encode_block_pack, verified_block_pack
 
 
 def messages(n: int) -> list[dict[str, Any]]:
@@ -347,6 +350,10 @@ def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
     fixture = Path(__file__).parent / "fixtures" / "unclaimed_blocks"
     path = tmp_path / "s"
     shutil.copytree(fixture / "store", path)
+    for dirpath, _dirs, files in os.walk(path):  # as ags made it: git keeps no modes
+        os.chmod(dirpath, 0o700)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o600)
     expected = json.loads((fixture / "expected.json").read_text())
     sid = expected["session"]
     (old_pack,) = (path / "objects" / "pack").glob("*.pack")
@@ -366,3 +373,21 @@ def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
         assert check_store(s).ok
     (new_pack,) = set((path / "objects" / "pack").glob("*.pack")) - {old_pack}
     assert {claim for _, claim, _ in blocks_of(new_pack)} == {WITHIN_LIMITS}
+
+
+def test_a_pack_from_elsewhere_whose_block_claims_falsely_is_refused() -> None:
+    """A fetch keeps the records of a remote pack as they are, claims included, so it
+    checks each claim as it checks each id: a false one refuses the pack."""
+    big = dumps(BIG)
+    contents = [(object_id("blob", big), b"blob\0" + big)]
+    pack, index = encode_block_pack(contents)
+    verified_block_pack(pack, index, "sent")  # as ags writes it: no claim for that
+    data = bytearray(pack)
+    _type, _raw, length = RECORD_HEAD.unpack_from(data, 8)
+    payload = bytes(data[8 + RECORD_HEAD.size : 8 + RECORD_HEAD.size + length])
+    assert block_claim(payload) == 0
+    claimed = encode_claim(payload[: -CLAIM.size], WITHIN_LIMITS)
+    RECORD_HEAD.pack_into(data, 8, TYPE_BLOCK, blake3.blake3(claimed).digest(), len(claimed))
+    data[8 + RECORD_HEAD.size :] = claimed
+    with pytest.raises(DamagedPack, match="claims that each of its objects reads exactly"):
+        verified_block_pack(bytes(data), index, "sent")
