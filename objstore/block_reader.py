@@ -2,13 +2,13 @@
 
 A ``BlockReader`` decodes each block it meets once, checks it whole by its
 checksum (FORMAT.md 5.5), and keeps it for as long as the reader lives. The
-first object it takes from a block is found by the pack index and checked
-against the entry head the block holds before it; once a second is wanted,
-the reader lists the whole block by the ids the block itself holds, so every
-further object of it costs one dictionary lookup: no index search, no
-decompression, no hash of its own. (A context mostly reads whole blocks; an
-old message that a later one repeats sits alone in an older block, which is
-then not listed.)
+first objects it takes from a block (up to LIST_AFTER) are found by the pack
+index and checked against the entry head the block holds before each; after
+that the reader lists the whole block by the ids the block itself holds, so
+every further object of it costs one dictionary lookup: no index search, no
+decompression, no hash of its own. (A context mostly reads whole blocks; the
+messages a compaction kept, or an old message that a later one repeats, sit
+in older blocks, which are then not listed.)
 
 The messages of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its writer
 read each of them exactly with orjson alone, and the claim is covered by the
@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 
 _KINDS: Final = {b"blob": "blob", b"node": "node", b"file": "file"}
 _HEAD: Final = BLOCK_ENTRY_HEAD.size
+LIST_AFTER: Final = 8
+"""Objects a reader takes from a block through the index before it lists the block
+whole: a context takes a few from an old block (a compaction's kept messages, in
+blocks of about a thousand objects) and all of a recent one."""
+_LISTED: Final = -1
 MAX_BLOCKS: Final = 256
 """Decoded blocks one reader keeps (about 32 MiB): a context of about 20,000
 messages, far beyond what a model takes, is read with each block decoded once;
@@ -60,12 +65,13 @@ class BlockReader:
         self._exact_blobs: dict[str, bytes] = {}
         self._blobs: dict[str, bytes] = {}
         # (pack name, record payload offset) -> the block's content, the flags it
-        # claims, and whether its objects are in ``_located`` (listed); oldest first
-        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, int, bool]] = OrderedDict()
+        # claims, and how many objects it gave through the index, or _LISTED once its
+        # objects are in ``_located`` and the blob dicts; oldest decoded first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, int, int]] = OrderedDict()
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
-        hit = self._listed(oid) or self._take(oid)
+        hit = self._listed(oid) or self._take(oid)[0]
         if hit is None:
             return self._objects.get(oid)
         if isinstance(hit, bytes):
@@ -94,8 +100,8 @@ class BlockReader:
         for oid in oids:
             body = exact.get(oid)
             if body is None:
-                body = self._blob_body(oid, whole=True)
-                if oid not in exact:
+                body, claimed = self._blob_and_claim(oid)
+                if not claimed:
                     to_walk.append(len(values))
                     add(body)
                     continue
@@ -114,10 +120,20 @@ class BlockReader:
         """Where ``oid`` is in a block listed already: its body if it is a blob."""
         return self._exact_blobs.get(oid) or self._blobs.get(oid) or self._located.get(oid)
 
-    def _blob_body(self, oid: str, whole: bool = False) -> bytes:
-        """The body of a blob: listed, or the first taken from its block (``whole``: its
-        block is listed then), or one in no checked block."""
-        hit = self._listed(oid) or self._take(oid, whole)
+    def _blob_and_claim(self, oid: str) -> tuple[bytes, bool]:
+        """The body of a blob, and whether its block claims WITHIN_LIMITS."""
+        body = self._blobs.get(oid)
+        if body is not None:
+            return body, False
+        hit, flags = self._take(oid)
+        if isinstance(hit, bytes):
+            return hit, bool(flags & WITHIN_LIMITS)
+        return self._blob_body(oid), False
+
+    def _blob_body(self, oid: str) -> bytes:
+        """The body of a blob: listed, or the first taken from its block, or one in no
+        checked block."""
+        hit = self._listed(oid) or self._take(oid)[0]
         if isinstance(hit, bytes):
             return hit
         # Not a blob in a checked block (``_take`` has looked): read as ``get`` reads
@@ -127,51 +143,52 @@ class BlockReader:
             raise CorruptObject(oid, f"expected a blob, found a {kind}")
         return body
 
-    def _take(self, oid: str, whole: bool = False) -> tuple[bytes, int, int] | bytes | None:
-        """Where ``oid`` is in a checked block (its body, if it is a blob of a block
-        listed), decoding that block if it is new (and listing it if ``whole``); None
-        if it is in none (or in none its index names)."""
+    def _take(self, oid: str) -> tuple[tuple[bytes, int, int] | bytes | None, int]:
+        """Where ``oid`` is in a checked block (its body, if it is a blob), decoding that
+        block if it is new, and the flags the block claims; None if it is in none (or
+        in none its index names)."""
         if not ID_RE.fullmatch(oid):
-            return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
+            return None, 0  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
         if found is None:
-            return None
+            return None, 0
         pack, off, at, length = found
         key = (pack.path.name, off)
         block = self._blocks.get(key)
         if block is None:
             checked = pack.checked_block(off)
             if checked is None:
-                return None
+                return None, 0
             content, flags = checked
-            block = self._blocks[key] = (content, flags, False)
+            block = self._blocks[key] = (content, flags, 0)
             if len(self._blocks) > MAX_BLOCKS:
-                _, (dropped, _, was_listed) = self._blocks.popitem(last=False)
-                if was_listed:  # it was listed whole, so it divides into entries
+                _, (dropped, _, taken) = self._blocks.popitem(last=False)
+                if taken == _LISTED:  # it was listed whole, so it divides into entries
                     for member, _, _ in iter_block(dropped):
                         self._located.pop(member, None)
                         self._exact_blobs.pop(member, None)
                         self._blobs.pop(member, None)
-            # The index's word, checked against the entry head the block holds; where
-            # they disagree, the block's own list of its objects decides.
-            if (
-                not whole
-                and _HEAD <= at <= len(content) - length
-                and BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD)
-                == (bytes.fromhex(oid), length)
-            ):
-                if content.startswith(b"blob\0", at):
-                    return content[at + 5 : at + length]
-                return content, at, length
-        content, flags, listed = block
-        if listed:
-            return None  # the block does not hold it, whatever the index says
+        content, flags, taken = block
+        if taken == _LISTED:
+            return None, 0  # the block does not hold it, whatever the index says
+        # The index's word, checked against the entry head the block holds; where they
+        # disagree, or once a block has given LIST_AFTER objects, the block's own list
+        # of its objects decides.
+        if (
+            taken < LIST_AFTER
+            and _HEAD <= at <= len(content) - length
+            and BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD) == (bytes.fromhex(oid), length)
+        ):
+            self._blocks[key] = (content, flags, taken + 1)
+            if content.startswith(b"blob\0", at):
+                return content[at + 5 : at + length], flags
+            return (content, at, length), flags
         blobs: dict[str, bytes] = {}
         try:
             members = block_members(content, blobs)
         except ValueError:
-            return None
-        self._blocks[key] = (content, flags, True)
+            return None, 0
+        self._blocks[key] = (content, flags, _LISTED)
         self._located.update(members)
         (self._exact_blobs if flags & WITHIN_LIMITS else self._blobs).update(blobs)
-        return blobs.get(oid) or members.get(oid)
+        return blobs.get(oid) or members.get(oid), flags

@@ -364,12 +364,12 @@ def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
         context = s.context(sid)
         assert context == expected["context"] and type(context[7]["values"][0]) is int
         assert check_store(s).ok
-        for message in messages(100):  # spans of 64 after its spans of 16
+        for message in messages(100):  # spans of 32 after its spans of 16
             s.append(sid, message)
     with Store.open(path) as s:
         assert s.context(sid) == [*expected["context"], *messages(100)]
         spans = [len(n.span.messages) for n in s.walk(sid) if n.span is not None]
-        assert spans == [64, 16, 16]  # the new one counted from the last old one
+        assert spans == [32, 32, 32, 16, 16]  # counted on from the last old one
         assert check_store(s).ok
     (new_pack,) = set((path / "objects" / "pack").glob("*.pack")) - {old_pack}
     assert {claim for _, claim, _ in blocks_of(new_pack)} == {WITHIN_LIMITS}
