@@ -2,13 +2,19 @@
 
 A ``BlockReader`` decodes each block it meets once, checks it whole by its
 checksum (FORMAT.md 5.5), and keeps it for as long as the reader lives. The
-first object it takes from a block is found by the pack index and checked
-against the entry head the block holds before it; once a second is wanted,
-the reader lists the whole block by the ids the block itself holds, so every
-further object of it costs one dictionary lookup: no index search, no
-decompression, no hash of its own. (A context mostly reads whole blocks; an
-old message that a later one repeats sits alone in an older block, which is
-then not listed.)
+first object it takes from a block (LIST_AFTER) is found by the pack index
+and checked against the entry head the block holds before it; after that the
+reader lists the whole block by the ids the block itself holds, so
+every further object of it costs one dictionary lookup: no index search, no
+decompression, no hash of its own. (A context mostly reads whole blocks; the
+messages a compaction kept, or an old message that a later one repeats, sit
+in older blocks, which are then not listed.)
+
+The messages of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its writer
+read each of them exactly with orjson alone, and the claim is covered by the
+block's checksum) are parsed by orjson with no walk; those of any other block
+are walked for their nesting and for integers orjson cannot read exactly
+(``limits.parse_json_many``), as every single read walks them.
 
 An object that is in no such block (in a pack being written, a loose file, a
 plain record, a block that fails its checksum) is read by
@@ -22,17 +28,27 @@ it for the life of a store handle.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from .errors import CorruptObject
+from .limits import parse_json_many
 from .objects import ID_RE
-from .pack_format import BLOCK_ENTRY_HEAD, block_members, iter_block
+from .pack_format import BLOCK_ENTRY_HEAD, WITHIN_LIMITS, block_members, iter_block
 
 if TYPE_CHECKING:
     from .object_store import ObjectStore
 
 _KINDS: Final = {b"blob": "blob", b"node": "node", b"file": "file"}
 _HEAD: Final = BLOCK_ENTRY_HEAD.size
+LIST_AFTER: Final = 1
+"""Objects a reader takes from a block through the index before it lists the block
+whole. A lookup through the index searches every pack's (about 10 us), so a long
+context, which takes all of most blocks, lists a block at its second object: 8
+cost a 3,000-message resume about 3 ms more, for 1 ms saved by a short context
+after a compaction, which takes a few objects from each of a few old blocks."""
+_LISTED: Final = -1
 MAX_BLOCKS: Final = 256
 """Decoded blocks one reader keeps (about 32 MiB): a context of about 20,000
 messages, far beyond what a model takes, is read with each block decoded once;
@@ -46,15 +62,22 @@ class BlockReader:
         self._objects = objects
         # id -> (content of its block, offset of its kind + NUL + body there, length)
         self._located: dict[str, tuple[bytes, int, int]] = {}
-        # (pack name, record payload offset) -> the block's content, and whether its
-        # objects are in ``_located`` (listed); oldest decoded first
-        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, bool]] = OrderedDict()
+        # id -> body, for each blob of a listed block: what a context takes, ready;
+        # those of blocks that claim to need no walk (FORMAT.md 5.5) apart
+        self._exact_blobs: dict[str, bytes] = {}
+        self._blobs: dict[str, bytes] = {}
+        # (pack name, record payload offset) -> the block's content, the flags it
+        # claims, and how many objects it gave through the index, or _LISTED once its
+        # objects are in ``_located`` and the blob dicts; oldest decoded first
+        self._blocks: OrderedDict[tuple[str, int], tuple[bytes, int, int]] = OrderedDict()
 
     def get(self, oid: str) -> tuple[str, bytes]:
         """``(kind, body)`` of an object; ObjectMissing or CorruptObject as ``get`` raises."""
-        hit = self._located.get(oid) or self._take(oid)
+        hit = self._listed(oid) or self._take(oid)[0]
         if hit is None:
             return self._objects.get(oid)
+        if isinstance(hit, bytes):
+            return "blob", hit
         content, at, length = hit
         kind = _KINDS.get(content[at : at + 4])
         if kind is None or content[at + 4] != 0:
@@ -65,61 +88,120 @@ class BlockReader:
         """``(kind, body)`` of each object, in order."""
         return [self.get(oid) for oid in oids]
 
+    def blob_values(self, oids: list[str]) -> list[Any]:
+        """The value of each blob, in order, a new value for each (as
+        ``limits.parse_json_many`` reads them): a blob of a block that claims
+        WITHIN_LIMITS is read by orjson alone, every other one is walked as usual.
+        CorruptObject for an object of another kind; ValueError (NestingTooDeep,
+        orjson's JSONDecodeError) for a body that cannot be read, without naming it:
+        ``blob_bodies`` then gives the bodies, to read one at a time."""
+        exact, loads = self._exact_blobs, orjson.loads
+        values: list[Any] = []
+        add = values.append
+        to_walk: list[int] = []
+        live = self._live_blobs(oids)  # each verified, but claimed by no block
+        for oid in oids:
+            body = exact.get(oid)
+            if body is None:
+                body = live.get(oid)
+                claimed = False
+                if body is None:
+                    body, claimed = self._blob_and_claim(oid)
+                if not claimed:
+                    to_walk.append(len(values))
+                    add(body)
+                    continue
+            add(loads(body))
+        if to_walk:
+            walked = parse_json_many([values[i] for i in to_walk])
+            for i, value in zip(to_walk, walked, strict=True):
+                values[i] = value
+        return values
+
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
-        located, bodies = self._located, []
-        live = self._objects.live_objects(oids)  # beside a live writer: its newest, at once
-        for oid in oids:
-            if oid in live and live[oid][0] == "blob":
-                bodies.append(live[oid][1])
-                continue
-            hit = located.get(oid) or self._take(oid)
-            if hit is not None and hit[0].startswith(b"blob\0", hit[1]):
-                content, at, length = hit
-                bodies.append(content[at + 5 : at + length])
-                continue
-            # Not in a checked block (``_take`` has looked): read as ``get`` reads it,
-            # which names the kind, or what is wrong.
-            kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
-            if kind != "blob":
-                raise CorruptObject(oid, f"expected a blob, found a {kind}")
-            bodies.append(body)
-        return bodies
+        live = self._live_blobs(oids)
+        return [live.get(oid) or self._blob_body(oid) for oid in oids]
 
-    def _take(self, oid: str) -> tuple[bytes, int, int] | None:
-        """Where ``oid`` is in a checked block, decoding that block if it is new; None if
-        it is in none (or the index and the block disagree)."""
+    def _live_blobs(self, oids: list[str]) -> dict[str, bytes]:
+        """The bodies of those of ``oids`` that are blobs in other writers' packs being
+        written, verified, read in one pass (beside a live writer: its newest messages)."""
+        live = self._objects.live_objects(oids)
+        return {oid: body for oid, (kind, body) in live.items() if kind == "blob"}
+
+    def _listed(self, oid: str) -> tuple[bytes, int, int] | bytes | None:
+        """Where ``oid`` is in a block listed already: its body if it is a blob."""
+        return self._exact_blobs.get(oid) or self._blobs.get(oid) or self._located.get(oid)
+
+    def _blob_and_claim(self, oid: str) -> tuple[bytes, bool]:
+        """The body of a blob, and whether its block claims WITHIN_LIMITS."""
+        body = self._blobs.get(oid)
+        if body is not None:
+            return body, False
+        hit, flags = self._take(oid)
+        if isinstance(hit, bytes):
+            return hit, bool(flags & WITHIN_LIMITS)
+        return self._blob_body(oid), False
+
+    def _blob_body(self, oid: str) -> bytes:
+        """The body of a blob: listed, or the first taken from its block, or one in no
+        checked block."""
+        hit = self._listed(oid) or self._take(oid)[0]
+        if isinstance(hit, bytes):
+            return hit
+        # Not a blob in a checked block (``_take`` has looked): read as ``get`` reads
+        # it, which names the kind, or what is wrong.
+        kind, body = self.get(oid) if hit is not None else self._objects.get(oid)
+        if kind != "blob":
+            raise CorruptObject(oid, f"expected a blob, found a {kind}")
+        return body
+
+    def _take(self, oid: str) -> tuple[tuple[bytes, int, int] | bytes | None, int]:
+        """Where ``oid`` is in a checked block (its body, if it is a blob), decoding that
+        block if it is new, and the flags the block claims; None if it is in none (or
+        in none its index names)."""
         if not ID_RE.fullmatch(oid):
-            return None  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
+            return None, 0  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
         if found is None:
-            return None
+            return None, 0
         pack, off, at, length = found
         key = (pack.path.name, off)
         block = self._blocks.get(key)
         if block is None:
-            content = pack.checked_block(off)
-            if content is None:
-                return None
-            self._blocks[key] = (content, False)
+            checked = pack.checked_block(off)
+            if checked is None:
+                return None, 0
+            content, flags = checked
+            block = self._blocks[key] = (content, flags, 0)
             if len(self._blocks) > MAX_BLOCKS:
-                _, (dropped, was_listed) = self._blocks.popitem(last=False)
-                if was_listed:  # it was listed whole, so it divides into entries
+                _, (dropped, _, taken) = self._blocks.popitem(last=False)
+                if taken == _LISTED:  # it was listed whole, so it divides into entries
                     for member, _, _ in iter_block(dropped):
                         self._located.pop(member, None)
-            # The index's word, checked against the entry head the block holds.
-            if not _HEAD <= at <= len(content) - length:
-                return None
-            if BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD) != (bytes.fromhex(oid), length):
-                return None
-            return content, at, length
-        content, listed = block
-        if listed:
-            return None  # the block does not hold it, whatever the index says
+                        self._exact_blobs.pop(member, None)
+                        self._blobs.pop(member, None)
+        content, flags, taken = block
+        if taken == _LISTED:
+            return None, 0  # the block does not hold it, whatever the index says
+        # The index's word, checked against the entry head the block holds; where they
+        # disagree, or once a block has given LIST_AFTER objects, the block's own list
+        # of its objects decides.
+        if (
+            taken < LIST_AFTER
+            and _HEAD <= at <= len(content) - length
+            and BLOCK_ENTRY_HEAD.unpack_from(content, at - _HEAD) == (bytes.fromhex(oid), length)
+        ):
+            self._blocks[key] = (content, flags, taken + 1)
+            if content.startswith(b"blob\0", at):
+                return content[at + 5 : at + length], flags
+            return (content, at, length), flags
+        blobs: dict[str, bytes] = {}
         try:
-            members = block_members(content)
+            members = block_members(content, blobs)
         except ValueError:
-            return None
-        self._blocks[key] = (content, True)
+            return None, 0
+        self._blocks[key] = (content, flags, _LISTED)
         self._located.update(members)
-        return members.get(oid)
+        (self._exact_blobs if flags & WITHIN_LIMITS else self._blobs).update(blobs)
+        return blobs.get(oid) or members.get(oid), flags

@@ -137,6 +137,19 @@ def check_json_text(text: bytes, max_depth: int = MAX_DEPTH) -> None:
         raise NestingTooDeep(max_depth)
 
 
+def read_exactly(text: bytes) -> bool:
+    """Whether orjson alone reads ``text`` as ``parse_json`` does, with no walk: it is
+    JSON, nests at most MAX_DEPTH deep, and holds no number orjson reads inexactly (an
+    integer beyond 64 bits, which it makes a float, or a float that big, which cannot
+    be told from one). What a block's writer checks before it claims so (FORMAT.md
+    5.5), and what fsck checks of a block that claims it."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return _unusual(value, MAX_DEPTH) == 0
+
+
 def parse_json_many(texts: list[bytes], max_depth: int = MAX_DEPTH) -> list[Any]:
     """``[parse_json(t, max_depth) for t in texts]``, with less work per text for the
     common case (a context is thousands of short texts): a text orjson cannot read,

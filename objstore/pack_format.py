@@ -137,6 +137,29 @@ def scan_buffer(data: bytes | memoryview, base: int, start: int = 0) -> Scan:
     return Scan(data, base, objects, others, base + pos)
 
 
+CLAIM_MAGIC: Final = 0x184D2A5A  # a zstd skippable frame (RFC 8878 3.1.2), 0x184D2A5?
+CLAIM: Final = struct.Struct("<IIII")  # magic | size (8) | flags | length of the frame before
+WITHIN_LIMITS: Final = 1
+"""A block's claim (FORMAT.md 5.5): every object in it is a blob or a node whose body
+nests at most MAX_DEPTH deep and holds no number that orjson reads inexactly."""
+
+
+def block_claim(payload: bytes | memoryview) -> int:
+    """The flags a block record's payload claims: those of the skippable frame that ends
+    it, if it has one that names the length of the frame before it; else 0."""
+    if len(payload) < CLAIM.size:
+        return 0
+    magic, size, flags, frame = CLAIM.unpack_from(payload, len(payload) - CLAIM.size)
+    if magic != CLAIM_MAGIC or size != CLAIM.size - 8 or frame != len(payload) - CLAIM.size:
+        return 0
+    return int(flags)
+
+
+def encode_claim(frame: bytes, flags: int) -> bytes:
+    """A block record's payload: the zstd ``frame``, then the skippable frame of its claim."""
+    return frame + CLAIM.pack(CLAIM_MAGIC, CLAIM.size - 8, flags, len(frame))
+
+
 def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:
     """The uncompressed content of a block (5.5): ``id | length (u32 LE) | kind + NUL +
     body`` for each object."""
@@ -157,19 +180,33 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
         pos += head + length
 
 
-def block_members(content: bytes) -> dict[str, tuple[bytes, int, int]]:
+def block_members(
+    content: bytes, blobs: dict[str, bytes] | None = None
+) -> dict[str, tuple[bytes, int, int]]:
     """Each object of a block's content by id: ``(content, offset, length)`` of its ``kind +
     NUL + body``, as ``iter_block`` finds them, with the same checks; in one loop kept
-    tight for readers that take a whole block at once (block_reader.py)."""
+    tight for readers that take a whole block at once (block_reader.py). Given
+    ``blobs``, each blob goes there instead, as its body: what a context takes."""
     unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
     members: dict[str, tuple[bytes, int, int]] = {}
     pos = 0
     try:
-        while pos < size:
-            raw, length = unpack(content, pos)
-            pos += head
-            members[raw.hex()] = (content, pos, length)
-            pos += length
+        if blobs is None:
+            while pos < size:
+                raw, length = unpack(content, pos)
+                pos += head
+                members[raw.hex()] = (content, pos, length)
+                pos += length
+        else:
+            blob = b"blob\0"
+            while pos < size:
+                raw, length = unpack(content, pos)
+                pos += head
+                if content.startswith(blob, pos):
+                    blobs[raw.hex()] = content[pos + 5 : pos + length]
+                else:
+                    members[raw.hex()] = (content, pos, length)
+                pos += length
     except struct.error:
         raise ValueError(f"a block entry is cut at {pos}") from None
     if pos != size:

@@ -43,6 +43,7 @@ from . import canonical, live_index, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd
 from .id_set import IdSet
+from .limits import read_exactly
 from .live_index import ENTRY_RECORDS, LIVE_MAGIC
 from .live_index import encode_entry as encode_live_entry
 from .pack_format import (
@@ -58,10 +59,13 @@ from .pack_format import (
     TYPE_BLOCK,
     TYPE_OBJECT,
     TYPE_REF,
+    WITHIN_LIMITS,
     Location,
     Scan,
+    block_claim,
     block_entries,
     encode_block,
+    encode_claim,
     encode_index,
     encode_record,
     iter_block,
@@ -372,12 +376,13 @@ class BlockPackWriter(PackWriter):
         super().__init__(pack_dir, tmp_dir, BLOCK_PACK_MAGIC)
         self._buckets = [bytearray() for _ in range(256)]
         self._prefixes = IdSet(expected, key_bytes=4)
-        self._pending: dict[str, bytes] = {}
-        self._pending_bytes = 0
+        # One block being filled per group (``block_group``), each written when full.
+        self._pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
+        self._pending_bytes = [0] * BLOCK_GROUPS
 
     def __contains__(self, oid: str) -> bool:
         """Whether ``oid`` was added (written, or waiting for its block)."""
-        return oid in self._pending or self._written(bytes.fromhex(oid))
+        return any(oid in pending for pending in self._pending) or self._written(bytes.fromhex(oid))
 
     def _written(self, raw: bytes) -> bool:
         if raw not in self._prefixes:
@@ -396,10 +401,11 @@ class BlockPackWriter(PackWriter):
         """Add an object by its ``kind + NUL + body`` (verified by the caller)."""
         if oid in self:
             return
-        self._pending[oid] = content
-        self._pending_bytes += len(content)
-        if self._pending_bytes >= BLOCK_BYTES:
-            self._flush()
+        group = block_group(content)
+        self._pending[group][oid] = content
+        self._pending_bytes[group] += len(content)
+        if self._pending_bytes[group] >= BLOCK_BYTES:
+            self._flush_group(group)
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Add objects by their stored form as plain records (a damaged copy kept as it is)."""
@@ -422,13 +428,17 @@ class BlockPackWriter(PackWriter):
                 self._entry(bytes.fromhex(oid), at, inner, size)
 
     def _flush(self) -> None:
-        if not self._pending:
+        for group in range(BLOCK_GROUPS):
+            self._flush_group(group)
+
+    def _flush_group(self, group: int) -> None:
+        pending = self._pending[group]
+        if not pending:
             return
-        content = encode_block(self._pending.items())
-        frame = _block_compressor().compress(content)
+        content, payload = block_payload(pending)
         at = self.size + RECORD_HEAD.size
-        self._write([(TYPE_BLOCK, blake3.blake3(frame).digest(), frame)])
-        self._pending, self._pending_bytes = {}, 0
+        self._write([(TYPE_BLOCK, blake3.blake3(payload).digest(), payload)])
+        self._pending[group], self._pending_bytes[group] = {}, 0
         for oid, inner, length in iter_block(content):
             self._entry(bytes.fromhex(oid), at, inner, length)
 
@@ -449,6 +459,40 @@ nearby messages (on generated agent transcripts about 3x smaller than compressin
 each message alone; 256 KiB gave 3.9x, but a context of a few hundred messages
 then cost twice the time to read), small enough that reading one object costs a
 fraction of a millisecond."""
+BLOCK_GROUPS: Final = 4
+_CHAIN_NODE: Final = 0
+_OTHER_NODE: Final = 1
+_BLOB: Final = 2
+_FILE: Final = 3
+
+
+def block_group(content: bytes) -> int:
+    """Which blocks an object (``kind + NUL + body``) is put in (FORMAT.md 5.5): nodes
+    that carry a span and compactions, what a context read walks, apart from other
+    nodes, and both apart from blobs (messages, states) and files, so that reading a
+    context decodes few bytes it does not use, and the blocks of JSON objects can
+    claim to need no walk. A placement only: readers find an object by the index
+    wherever it is, so a meta text that fools the test below (canonical keys are
+    sorted: ``span`` comes after ``meta``) costs nothing but speed."""
+    if not content.startswith(b"node\0"):
+        return _FILE if content.startswith(b"file\0") else _BLOB
+    if content.startswith(b'node\0{"kept":') or content.rfind(b',"span":{"after":') > 0:
+        return _CHAIN_NODE
+    return _OTHER_NODE
+
+
+def block_payload(objects_in: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """The content of a block of ``objects_in`` (id -> ``kind + NUL + body``, verified
+    by the caller) and its record's payload: the zstd frame, then its claim (5.5),
+    WITHIN_LIMITS if every object is a blob or a node that orjson reads exactly."""
+    content = encode_block(objects_in.items())
+    exact = all(
+        (piece.startswith(b"blob\0") or piece.startswith(b"node\0")) and read_exactly(piece[5:])
+        for piece in objects_in.values()
+    )
+    return content, encode_claim(_block_compressor().compress(content), WITHIN_LIMITS * exact)
+
+
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
 _SUM: Final = 1 << 64
@@ -466,40 +510,48 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
     parts: list[bytes] = [BLOCK_PACK_MAGIC]
     size = len(BLOCK_PACK_MAGIC)
     entries: dict[str, tuple[int, int, int]] = {}
-    pending: dict[str, bytes] = {}
-    pending_bytes = 0
+    pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
+    pending_bytes = [0] * BLOCK_GROUPS
 
-    def flush() -> None:
-        nonlocal size, pending, pending_bytes
-        content = encode_block(pending.items())
-        frame = _block_compressor().compress(content)
+    def flush(group: int) -> None:
+        nonlocal size
+        content, payload = block_payload(pending[group])
         at = size + RECORD_HEAD.size
-        parts.append(encode_record(TYPE_BLOCK, blake3.blake3(frame).digest(), frame))
-        size += RECORD_HEAD.size + len(frame)
+        parts.append(encode_record(TYPE_BLOCK, blake3.blake3(payload).digest(), payload))
+        size += RECORD_HEAD.size + len(payload)
         for oid, inner, length in iter_block(content):
             entries[oid] = (at, inner, length)
-        pending, pending_bytes = {}, 0
+        pending[group], pending_bytes[group] = {}, 0
 
     for oid, content in contents:
-        if oid in entries or oid in pending:
+        if oid in entries or any(oid in waiting for waiting in pending):
             continue
-        pending[oid] = content
-        pending_bytes += len(content)
-        if pending_bytes >= BLOCK_BYTES:
-            flush()
-    if pending:
-        flush()
+        group = block_group(content)
+        pending[group][oid] = content
+        pending_bytes[group] += len(content)
+        if pending_bytes[group] >= BLOCK_BYTES:
+            flush(group)
+    for group in range(BLOCK_GROUPS):
+        if pending[group]:
+            flush(group)
     return b"".join(parts), encode_index(entries.items(), size, version=2)
 
 
 def verified_block(frame: bytes | memoryview) -> list[tuple[str, int, int]]:
-    """``(id, offset, length)`` of each object of a block frame from elsewhere (a pack
-    received whole, or blocks read by range), every object checked against its id;
-    ValueError or CorruptObject for a frame that is not what it claims."""
+    """``(id, offset, length)`` of each object of a block payload from elsewhere (a pack
+    received whole, or blocks read by range), every object checked against its id,
+    and against the block's claim if it makes one (5.5: the records are kept as they
+    are, so a context read here will believe it); ValueError or CorruptObject for a
+    payload that is not what it claims."""
     content = decompress_block(frame)
     members = list(iter_block(content))
+    exact = block_claim(frame) & WITHIN_LIMITS
     for oid, inner, n in members:
-        objects.verified(oid, content[inner : inner + n])
+        kind, body = objects.verified(oid, content[inner : inner + n])
+        if exact and (kind not in ("blob", "node") or not read_exactly(body)):
+            raise ValueError(
+                f"it claims that each of its objects reads exactly, but {oid} does not"
+            )
     return members
 
 
@@ -677,10 +729,11 @@ class SealedPack:
             return None
         return loc[0], loc[1], loc[2]
 
-    def checked_block(self, off: int) -> bytes | None:
-        """The content of the block whose record payload starts at ``off``, if its frame
-        matches the record's checksum (the BLAKE3 of the frame, 5.1) and decompresses;
-        None otherwise (then ``get`` reads and verifies each object alone).
+    def checked_block(self, off: int) -> tuple[bytes, int] | None:
+        """The content of the block whose record payload starts at ``off`` and the flags
+        it claims (5.5), if its payload matches the record's checksum (the BLAKE3 of
+        the payload, 5.1) and decompresses; None otherwise (then ``get`` reads and
+        verifies each object alone).
 
         Every writer of a block verified each object in it against its id (5.5), so
         an object of a block that matches its checksum needs no hash of its own."""
@@ -689,7 +742,7 @@ class SealedPack:
             with self._frame(off) as frame:
                 if blake3.blake3(frame).digest() != checksum:
                     return None
-                return decompress_block(frame)
+                return decompress_block(frame), block_claim(frame)
         except (ValueError, struct.error):
             return None
 
@@ -995,6 +1048,9 @@ class SealedPack:
         size, pos = len(content), 0
         hashed, kinds, place = blake3.blake3, _KIND_NAMES, self._placement_key().pack
         count = total = 0
+        # What a context read believes without a walk (5.5) is checked here, every time.
+        claimed = block_claim(payload) & WITHIN_LIMITS
+        unclaimed: list[str] = []
         while pos + head <= size:
             raw, n = unpack(content, pos)
             if pos + head + n > size:
@@ -1012,10 +1068,18 @@ class SealedPack:
             else:
                 count += 1
                 total += hash(place(int.from_bytes(raw[:8]), off, pos, n))
+                if claimed and (name not in ("blob", "node") or not read_exactly(body)):
+                    unclaimed.append(oid)
                 yield oid, (name, body)
             pos += n
         sums[0] += count
         sums[1] += total
+        if unclaimed:
+            problems.append(
+                f"block {where} claims that each of its objects reads exactly without a "
+                f"walk, but {len(unclaimed)} do not (first {unclaimed[0]}); a context read "
+                "believes the claim"
+            )
         if pos < size:
             why = f"a block entry is cut at {pos}"
             problems.append(f"block {where} cannot be read ({why})")

@@ -782,11 +782,10 @@ class Store:
         # hold the messages too, and are decoded once.
         reader = BlockReader(self.objects)
         blob_ids = context_blobs(node_id, partial(_read_node, reader))
-        bodies = reader.blob_bodies(blob_ids)
         try:
-            return canonical.loads_many(bodies)
+            return reader.blob_values(blob_ids)
         except ValueError:  # read each again, to name the blob that is not JSON
-            pairs = zip(blob_ids, bodies, strict=True)
+            pairs = zip(blob_ids, reader.blob_bodies(blob_ids), strict=True)
             return [self._blob_value(oid, "blob", body) for oid, body in pairs]
 
     def walk(self, spec: str | None, *, spans: bool = False) -> Iterator[Node]:

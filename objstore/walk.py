@@ -9,7 +9,8 @@ reader does not have (an export document's nodes, fsck's verified ones).
 
 Spans (FORMAT.md 4.2) let a reader of messages skip: ``walk(..., spans=True)``
 goes from a node that carries a span straight to the node the span starts
-after, so a context of n messages costs about n/16 node reads.
+after, so a context of n messages costs about n/32 node reads (plus the plain
+nodes between the head and its last span).
 """
 
 from __future__ import annotations

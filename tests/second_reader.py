@@ -39,6 +39,36 @@ def decode_stored(oid: str, stored: bytes) -> tuple[str, bytes]:  # 4: the store
     return kind.decode(), body
 
 
+def split_claim(payload: bytes) -> tuple[bytes, int]:  # 5.5: the zstd frame, and its claim
+    if len(payload) >= 16:
+        magic, size, flags, frame = struct.unpack_from("<IIII", payload, len(payload) - 16)
+        if magic == 0x184D2A5A and size == 8 and frame == len(payload) - 16:
+            return payload[:-16], flags
+    return payload, 0
+
+
+def reads_exactly(body: bytes) -> bool:  # 5.5: WITHIN_LIMITS, checked with the json module
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth + 1 > 100:
+                return False
+            stack += [
+                (sub, depth + 1) for sub in (item.values() if isinstance(item, dict) else item)
+            ]
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not -(2**63) <= item < 2**64:
+                return False
+        elif isinstance(item, float) and not -(2**63) < item < 2**63:
+            return False
+    return True
+
+
 @dataclass
 class Store:
     root: Path
@@ -79,7 +109,8 @@ class Store:
             elif rtype == 3:
                 if blake3.blake3(payload).digest() != raw:
                     raise Unreadable(f"{path.name}: block at {at} fails its checksum")
-                content = _unzstd.decompress(payload)
+                frame, claim = split_claim(payload)
+                content = _unzstd.decompress(frame)
                 inner = 0
                 while inner < len(content):
                     oid_raw, n = struct.unpack_from("<32sI", content, inner)
@@ -87,6 +118,10 @@ class Store:
                     if blake3.blake3(piece).hexdigest() != oid_raw.hex():
                         raise Unreadable(f"{oid_raw.hex()}: content does not hash to the id")
                     kind, _, body = piece.partition(b"\0")
+                    if claim & 1 and not (kind in (b"blob", b"node") and reads_exactly(body)):
+                        raise Unreadable(
+                            f"{path.name}: block at {at} claims what {oid_raw.hex()} is not"
+                        )
                     self.objects[oid_raw.hex()] = (kind.decode(), body)
                     found[oid_raw.hex()] = (at + 37, inner + 36, n)
                     inner += 36 + n

@@ -9,17 +9,35 @@ files on disk, the way a disk or a careless hand would.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from conftest import store_with_damaged_message
 
-from objstore import CorruptObject, InvalidName, ObjectError, Store, block_reader
+import objstore.store
+from objstore import CorruptObject, DamagedPack, InvalidName, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
 from objstore.limits import MAX_DEPTH, parse_json, parse_json_many
-from objstore.pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, RECORD_HEAD, parse_index
+from objstore.nodes import parse_node
+from objstore.objects import object_id
+from objstore.pack_format import (
+    BLOCK_IDX_ENTRY,
+    CLAIM,
+    ENTRIES_AT,
+    RECORD_HEAD,
+    TYPE_BLOCK,
+    WITHIN_LIMITS,
+    block_claim,
+    encode_claim,
+    iter_block,
+    parse_index,
+)
+from objstore.packs import decompress_block, encode_block_pack, verified_block_pack
 
 
 def messages(n: int) -> list[dict[str, Any]]:
@@ -67,27 +85,77 @@ def test_a_context_longer_than_the_blocks_a_reader_keeps_reads_back_exactly(
         assert s.context(sid) == messages(600)
 
 
-def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(tmp_path: Path) -> None:
-    """A flipped bit anywhere in a block record (its checksum, its length, its zstd
-    frame) never gives a context that differs from the one written."""
+def test_a_sealed_pack_keeps_chain_nodes_other_nodes_and_the_rest_in_blocks_apart(
+    tmp_path: Path,
+) -> None:
+    """What a context read walks (nodes with a span, compactions), the other nodes, and
+    the messages and states sit in blocks of their own (FORMAT.md 5.5), so a context
+    read decodes no node it skips; merged packs keep them apart too."""
     path = tmp_path / "s"
-    sid = sealed_session(path, 12)
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for i, message in enumerate(messages(100)):
+            s.append(sid, message, state={"step": i})
+            if i == 60:
+                s.compact(sid, "so far", keep=2)
+    for merged in (False, True):
+        if merged:
+            for i in range(9):  # more than 8 packs: the next repack merges them
+                with Store.open(path) as s:
+                    s.append(sid, {"role": "user", "content": f"one more {i}"})
+        with Store.open(path) as s:
+            if merged:  # sealing the last one merged them (FORMAT.md 5.4)
+                assert len(s.objects.sealed_packs()) < 10
+            classes = []
+            for pack in s.objects.sealed_packs():
+                for _record, content, members in pack.blocks():
+                    assert content is not None
+                    found = set()
+                    for oid, at, length in members:
+                        kind, body = content[at : at + length].split(b"\0", 1)
+                        node = parse_node(oid, body) if kind == b"node" else None
+                        if node is None:
+                            found.add("not a node")
+                        elif node.span is not None or node.is_compaction:
+                            found.add("chain")
+                        else:
+                            found.add("other node")
+                    classes.append(found)
+        assert all(len(found) == 1 for found in classes), classes
+        assert {c for found in classes for c in found} == {"chain", "other node", "not a node"}
+        with Store.open(path) as s:
+            last = {"role": "user", "content": "one more 8"} if merged else messages(100)[-1]
+            assert s.context(sid)[-1] == last
+
+
+def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flipped bit anywhere in a block record (its checksum, its length, its zstd
+    frame, its claim), of any block (the nodes' and the messages'), never gives a
+    context that differs from the one written."""
+    monkeypatch.setattr(objstore.store, "SPAN_EVERY", 4)  # span nodes in a short session
+    path = tmp_path / "s"
+    sid = sealed_session(path, 22)  # its head walks two plain nodes to a span
     pack = only_pack(path)
     good = pack.read_bytes()
-    (start, end), *_ = block_records(pack)
-    errors = 0
-    for at in range(start, end):
-        damaged = bytearray(good)
-        damaged[at] ^= 0x10
-        pack.write_bytes(damaged)
-        try:
-            with Store.open(path) as s:
-                context = s.context(sid)
-        except ObjectError:
-            errors += 1
-            continue
-        assert context == messages(12), f"byte {at} flipped gave another context"
-    assert errors > (end - start) // 2  # most flips are seen, none is returned
+    records = block_records(pack)
+    assert len(records) == 3  # the span nodes, the other nodes, the messages
+    for start, end in records:
+        errors = 0
+        for at in range(start, end):
+            damaged = bytearray(good)
+            damaged[at] ^= 0x10
+            pack.write_bytes(damaged)
+            try:
+                with Store.open(path) as s:
+                    context = s.context(sid)
+            except ObjectError:
+                errors += 1
+                continue
+            assert context == messages(22), f"byte {at} flipped gave another context"
+        assert errors > (end - start) // 2  # most flips are seen, none is returned
+    pack.write_bytes(good)
 
 
 def shift_index_entries(index: Path, which: set[bytes] | None, by: int) -> None:
@@ -119,8 +187,10 @@ def test_an_index_that_points_into_the_wrong_place_is_not_believed(
         assert s.context(sid) == messages(5)  # the block lists it by its own ids
     index.write_bytes(good)
     shift_index_entries(index, None, shift)
-    with Store.open(path) as s, pytest.raises(CorruptObject):
-        s.context(sid)
+    with Store.open(path) as s:
+        assert s.context(sid) == messages(5)  # each block lists its own objects
+        with pytest.raises(CorruptObject):
+            list(s.log(sid))  # one object at a time: what the index points at, hashed
 
 
 def test_a_block_rewritten_with_a_matching_checksum_is_named_by_fsck_and_object_reads(
@@ -195,3 +265,129 @@ def test_parsing_many_texts_refuses_what_parsing_each_refuses() -> None:
     for texts in ([b"{}", too_deep], [b"{}", b"{nope"]):
         with pytest.raises(ValueError):
             parse_json_many(texts)
+
+
+BIG = {"role": "tool", "content": "n", "values": [2**64, -(2**63) - 1, 2**70, 1.5e300]}
+
+
+def blocks_of(pack: Path) -> list[tuple[int, int, bytes]]:
+    """(offset of the record, its claim, its content) of each block of a block pack."""
+    data = pack.read_bytes()
+    out = []
+    for start, end in block_records(pack):
+        payload = data[start + RECORD_HEAD.size : end]
+        out.append((start, block_claim(payload), decompress_block(payload)))
+    return out
+
+
+def kinds_in(content: bytes) -> set[bytes]:
+    return {content[at : at + 4] for _, at, _ in iter_block(content)}
+
+
+def test_blocks_of_json_claim_to_read_exactly_unless_an_object_needs_the_walk(
+    tmp_path: Path,
+) -> None:
+    """The writer claims WITHIN_LIMITS (FORMAT.md 5.5) for a block whose every object it
+    read exactly with orjson alone, and for no other: the block holding a number
+    beyond 64 bits, or holding files, claims nothing, and that number comes back
+    exactly, while the blocks around it are read without a walk."""
+    long = [{"role": "user", "content": f"{i} " + "x" * 2000} for i in range(150)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in [*long, BIG, *messages(3)]:
+            s.append(sid, message)
+        s.append(sid, {"role": "tool", "content": "ok"}, files={"a.py": (None, b"print(1)\n")})
+    claims = {}
+    for _, claim, content in blocks_of(only_pack(tmp_path / "s")):
+        holds_big = b"18446744073709551616" in content
+        claims[(frozenset(kinds_in(content)), holds_big)] = claim
+    assert claims == {
+        (frozenset({b"node"}), False): WITHIN_LIMITS,  # the span nodes, then the others
+        (frozenset({b"blob"}), False): WITHIN_LIMITS,  # the first 128 KiB of messages
+        (frozenset({b"blob"}), True): 0,
+        (frozenset({b"file"}), False): 0,
+    }
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context[:-1] == [*long, BIG, *messages(3)]
+    assert type(context[150]["values"][0]) is int
+
+
+def test_a_false_claim_is_named_by_fsck_and_reads_of_one_object_stay_exact(
+    tmp_path: Path,
+) -> None:
+    """A claim is covered by the block's checksum, so damage cannot make one; a block
+    written again with a false claim and a checksum to match (another writer, not
+    damage) is believed by a context read, which reads the number as orjson does,
+    and named by fsck; a read of the message alone walks it as always."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in [*messages(3), BIG]:
+            s.append(sid, message)
+        blob = s.node(s.node_id(sid)).content
+    pack = only_pack(path)
+    data = bytearray(pack.read_bytes())
+    ((start, _, _content),) = [b for b in blocks_of(pack) if kinds_in(b[2]) == {b"blob"}]
+    head = RECORD_HEAD.unpack_from(data, start)
+    payload = bytes(data[start + RECORD_HEAD.size : start + RECORD_HEAD.size + head[2]])
+    assert block_claim(payload) == 0
+    claimed = encode_claim(payload[: -CLAIM.size], WITHIN_LIMITS)  # the same length
+    RECORD_HEAD.pack_into(data, start, head[0], blake3.blake3(claimed).digest(), len(claimed))
+    data[start + RECORD_HEAD.size : start + RECORD_HEAD.size + len(claimed)] = claimed
+    pack.write_bytes(data)
+    with Store.open(path) as s:
+        assert type(s.context(sid)[3]["values"][0]) is float  # what the claim says
+        assert s.blob(blob) == BIG and type(s.blob(blob)["values"][0]) is int
+        problems = [str(p) for p in check_store(s).problems]
+    assert any("claims that each of its objects reads exactly" in p for p in problems)
+
+
+def test_blocks_written_before_claims_read_as_they_did(tmp_path: Path) -> None:
+    """A store whose block packs an ags before this layout wrote (nodes and messages in
+    one block, no claim: tests/fixtures/unclaimed_blocks) reads the same context,
+    walked, passes fsck, and takes new writes, whose blocks claim."""
+    fixture = Path(__file__).parent / "fixtures" / "unclaimed_blocks"
+    path = tmp_path / "s"
+    shutil.copytree(fixture / "store", path)
+    for dirpath, _dirs, files in os.walk(path):  # as ags made it: git keeps no modes
+        os.chmod(dirpath, 0o700)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o600)
+    expected = json.loads((fixture / "expected.json").read_text())
+    sid = expected["session"]
+    (old_pack,) = (path / "objects" / "pack").glob("*.pack")
+    assert [(claim, kinds_in(c)) for _, claim, c in blocks_of(old_pack)] == [
+        (0, {b"blob", b"node"})
+    ]
+    with Store.open(path) as s:
+        context = s.context(sid)
+        assert context == expected["context"] and type(context[7]["values"][0]) is int
+        assert check_store(s).ok
+        for message in messages(100):  # spans of 32 after its spans of 16
+            s.append(sid, message)
+    with Store.open(path) as s:
+        assert s.context(sid) == [*expected["context"], *messages(100)]
+        spans = [len(n.span.messages) for n in s.walk(sid) if n.span is not None]
+        assert spans == [32, 32, 32, 16, 16]  # counted on from the last old one
+        assert check_store(s).ok
+    (new_pack,) = set((path / "objects" / "pack").glob("*.pack")) - {old_pack}
+    assert {claim for _, claim, _ in blocks_of(new_pack)} == {WITHIN_LIMITS}
+
+
+def test_a_pack_from_elsewhere_whose_block_claims_falsely_is_refused() -> None:
+    """A fetch keeps the records of a remote pack as they are, claims included, so it
+    checks each claim as it checks each id: a false one refuses the pack."""
+    big = dumps(BIG)
+    contents = [(object_id("blob", big), b"blob\0" + big)]
+    pack, index = encode_block_pack(contents)
+    verified_block_pack(pack, index, "sent")  # as ags writes it: no claim for that
+    data = bytearray(pack)
+    _type, _raw, length = RECORD_HEAD.unpack_from(data, 8)
+    payload = bytes(data[8 + RECORD_HEAD.size : 8 + RECORD_HEAD.size + length])
+    assert block_claim(payload) == 0
+    claimed = encode_claim(payload[: -CLAIM.size], WITHIN_LIMITS)
+    RECORD_HEAD.pack_into(data, 8, TYPE_BLOCK, blake3.blake3(claimed).digest(), len(claimed))
+    data[8 + RECORD_HEAD.size :] = claimed
+    with pytest.raises(DamagedPack, match="claims that each of its objects reads exactly"):
+        verified_block_pack(bytes(data), index, "sent")
