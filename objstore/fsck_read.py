@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -241,8 +242,9 @@ class Reader:
 
     def node(self, raw: bytes, content: bytes, start: int, end: int) -> None:
         """Check the node whose body is ``content[start:end]``: the everyday shape (a
-        message node with a parent, a state and perhaps a span, nothing deeper than
-        the limit) inline; anything else as ``parse_node`` decides."""
+        message node with a parent, a state and perhaps a span, its ids all 64 hex
+        digits, nothing deeper than the limit) inline; anything else as
+        ``parse_node`` decides."""
         try:
             d = orjson.loads(memoryview(content)[start:end])
         except orjson.JSONDecodeError:
@@ -256,47 +258,55 @@ class Reader:
             and content.count(b"[", start, end) + content.count(b"{", start, end) <= MAX_DEPTH
         ):
             try:
-                span = d.get("span")
-                if "span" in d and not (type(span) is dict and type(span["messages"]) is list):
+                parent, state, span = d["parent"], d["state"], d.get("span")
+                ids = [d["message"]]
+                if parent is not None:
+                    ids.append(parent)
+                if state is not None:
+                    ids.append(state)
+                if span is not None:
+                    if type(span) is not dict or type(span["messages"]) is not list:
+                        raise ValueError
+                    after = span["after"]
+                    if after is not None:
+                        ids.append(after)
+                    ids += span["messages"]
+                elif "span" in d:
                     raise ValueError
-                after = None if span is None else span["after"]
-                keys = [_hex_key(d[name]) for name in ("parent", "message", "state")]
-                keys.append(_hex_key(after))
-                span_keys = None if span is None else array("q", map(_hex_key, span["messages"]))
-            except (KeyError, ValueError):
+                keys = _keys(ids)
+            except (KeyError, ValueError, TypeError):
                 pass  # what parse_node makes of it decides
             else:
-                self._record(raw, keys, d["messages"], span_keys)
+                found = self.found
+                own = int.from_bytes(raw[:8]) >> 4
+                found.nodes.append(own)
+                found.contents.append(keys[0])
+                found.compactions.append(0)
+                node_targets, blob_targets, _ = found.targets
+                blob_targets.append(keys[0])
+                at = 1
+                if parent is not None:
+                    found.parents.append(keys[1])
+                    node_targets.append(keys[1])
+                    at = 2
+                else:
+                    found.parents.append(-1)
+                if state is not None:
+                    blob_targets.append(keys[at])
+                    at += 1
+                if own in self.wanted:
+                    found.messages[own] = d["messages"]
+                if span is not None:
+                    start_key = -1
+                    if span["after"] is not None:
+                        start_key = keys[at]
+                        node_targets.append(start_key)
+                        at += 1
+                    listed = keys[at:]
+                    blob_targets += listed
+                    found.spans.append((raw.hex(), start_key, listed))
                 return
         self._parsed(raw, bytes(content[start:end]))
-
-    def _record(
-        self, raw: bytes, keys: list[int], messages: int, span: array[int] | None
-    ) -> None:
-        """A message node of the everyday shape: ``keys`` of its parent, message, state
-        and span start (-2: none), and its span's message keys."""
-        found = self.found
-        own = int.from_bytes(raw[:8]) >> 4
-        parent, content, state, after = keys
-        node_targets, blob_targets, _ = found.targets
-        found.nodes.append(own)
-        found.contents.append(content)
-        found.compactions.append(0)
-        if parent == -2:
-            found.parents.append(-1)
-        else:
-            found.parents.append(parent)
-            node_targets.append(parent)
-        blob_targets.append(content)
-        if state != -2:
-            blob_targets.append(state)
-        if own in self.wanted:
-            found.messages[own] = messages
-        if span is not None:
-            if after != -2:
-                node_targets.append(after)
-            blob_targets.extend(span)
-            found.spans.append((raw.hex(), -1 if after == -2 else after, span))
 
     def _parsed(self, raw: bytes, body: bytes) -> None:
         """A node of any other shape, read as every reader reads it."""
@@ -323,14 +333,20 @@ class Reader:
             found.spans.append((oid, key(node.span.after), span))
 
 
-def _hex_key(oid: object) -> int:
-    """``key`` of an id in a node of the everyday shape, -2 for null; ValueError for
-    anything else (such a node is read by ``parse_node``)."""
-    if oid is None:
-        return -2
-    if type(oid) is not str or len(oid) != 64:
-        raise ValueError
-    return int(oid[:15], 16)
+def _keys(ids: list[str]) -> array[int]:
+    """``key`` of each id, all in C: ValueError (or TypeError) unless each is a string
+    of 64 hex digits."""
+    raw = bytes.fromhex("".join(ids))
+    if len(raw) != 32 * len(ids) or set(map(len, ids)) != {64}:
+        raise ValueError("not all ids")
+    unpack = _FIRST_8.get(len(ids))
+    if unpack is None:
+        unpack = _FIRST_8[len(ids)] = struct.Struct(">" + "Q24x" * len(ids)).unpack
+    return array("q", map(_TO_60_BITS, unpack(raw)))
+
+
+_FIRST_8: dict[int, Callable[[bytes], tuple[int, ...]]] = {}  # by number of ids
+_TO_60_BITS: Final = (4).__rrshift__  # v -> v >> 4
 
 
 def read_part(part: Part) -> Found:
