@@ -9,6 +9,7 @@ can read are a warning.
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
@@ -43,6 +44,8 @@ class FsckReport:
     refs: int
     problems: list[Problem]
     warnings: list[str] = field(default_factory=list)  # worth knowing, not damage
+    bytes_read: int = 0  # of packs, their indexes and loose objects
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -57,6 +60,7 @@ def check_store(
     fsck_read.read_parts); in memory about 100 bytes an object. ``progress(done,
     total)`` is called after each part with ``total`` -1 (not known before the end),
     then once with both."""
+    start = time.perf_counter()
     problems: list[Problem] = []
     warnings: list[str] = []
     access = access_report(store.path)
@@ -120,7 +124,15 @@ def check_store(
         ref_problems += _reflog_problems(store, name, seen)
     objects = seen.unique()
     problems += seen.span_problems() + ref_problems
-    return FsckReport(objects, len(refs), list(dict.fromkeys(problems)), warnings)
+    read = sum(pack.size + pack.index_size for pack in packs) + seen.unsealed_bytes
+    return FsckReport(
+        objects,
+        len(refs),
+        list(dict.fromkeys(problems)),
+        warnings,
+        read,
+        time.perf_counter() - start,
+    )
 
 
 _KINDS: Final = ("node", "blob", "file")  # what a link may name, by code (fsck_read.Found)
@@ -145,6 +157,7 @@ class _Seen:
 
     def __init__(self) -> None:
         self.count = 0
+        self.unsealed_bytes = 0  # content of the objects read one by one
         self.nodes: set[int] = set()
         self.bad_nodes: set[int] = set()  # nodes ags cannot read: still nodes, for links
         self.blobs: set[int] = set()
@@ -192,6 +205,7 @@ class _Seen:
             items, again = kept, lambda: kept
         reader = fsck_read.Reader(wanted)
         reader.checked(items)
+        self.unsealed_bytes += reader.found.content_bytes
         self.add(reader.found, lambda: _checked_nodes(again()))
 
     def kind(self, target: int) -> str | None:

@@ -82,6 +82,7 @@ class Found:
     whose key was asked for."""
 
     count: int = 0  # objects read, an object stored twice counted twice
+    content_bytes: int = 0  # of the objects ``Reader.checked`` read
     nodes: array[int] = field(default_factory=lambda: array("q"))
     bad_nodes: array[int] = field(default_factory=lambda: array("q"))  # not parsed
     blobs: array[int] = field(default_factory=lambda: array("q"))
@@ -164,6 +165,7 @@ class Reader:
             else:
                 kind, body = result
                 content = kind.encode("ascii") + b"\0" + body
+                self.found.content_bytes += len(content)
                 self.entries(BLOCK_ENTRY_HEAD.pack(bytes.fromhex(oid), len(content)) + content)
 
     def error(self, oid: str, error: ObjectError) -> None:

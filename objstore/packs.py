@@ -841,6 +841,10 @@ class SealedPack:
         if readable_end < end:
             problems.append(f"records cannot be read from offset {readable_end} on (of {end})")
 
+    @property
+    def index_size(self) -> int:
+        return len(self._map)
+
     def record_types(self) -> tuple[int, int]:
         return (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
 
