@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Final
 
 from . import fsck_read
@@ -165,7 +166,7 @@ class _Seen:
         self.unreadable: set[int] = set()  # read, and failed (reported already)
         self.problems: list[Problem] = []
         self.links: list[tuple[Callable[[], Iterable[Node]], tuple[array[int], ...]]] = []
-        self.spans: list[tuple[str, int, array[int]]] = []
+        self.spans = fsck_read.Found()  # only its span columns
         self.messages: dict[int, int] = {}
         # Per node read, in reading order: its key, its parent's, its content's, and
         # whether it is a compaction (for span_problems).
@@ -183,9 +184,19 @@ class _Seen:
         self.files.update(found.files)
         self.unreadable.update(found.unreadable)
         self.problems += [Problem(oid, what) for oid, what in found.problems]
-        if source is not None and any(found.targets):
-            self.links.append((source, found.targets))
-        self.spans += found.spans
+        # Links to what was read already are checked now; only the rest is kept.
+        kinds = (self.nodes, self.blobs, self.files)
+        left = tuple(
+            array("q", filterfalse(have.__contains__, want))
+            for have, want in zip(kinds, found.targets, strict=True)
+        )
+        if source is not None and any(left):
+            self.links.append((source, left))
+        spans = self.spans
+        spans.span_nodes += found.span_nodes
+        spans.span_after += found.span_after
+        spans.span_sizes += found.span_sizes
+        spans.span_messages += found.span_messages
         self.messages.update(found.messages)
         self.node_keys += found.nodes
         self.parents += found.parents
@@ -259,15 +270,20 @@ class _Seen:
         )
         position = dict(zip(keys, range(len(keys)), strict=True)).get
         problems = []
-        for oid, after, messages in self.spans:
+        spans, first = self.spans, 0
+        columns = zip(spans.span_after, spans.span_sizes, strict=True)
+        for number, (after, size) in enumerate(columns):
+            oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
+            messages = spans.span_messages[first : first + size].tolist()
+            first += size
             blobs: list[int] = []
             at = position(key(oid), -1)
             while at >= 0:
-                if keys[at] == after or compactions[at] or len(blobs) > len(messages):
+                if keys[at] == after or compactions[at] or len(blobs) > size:
                     break
                 blobs.append(contents[at])
                 at = position(parents[at], -1) if parents[at] != -1 else -1
-            if blobs[::-1] != messages.tolist():
+            if blobs[::-1] != messages:
                 problems.append(Problem(oid, "span does not match the messages before it"))
         return problems
 

@@ -77,9 +77,8 @@ class Found:
     """What a part of the store holds, as keys (``key``), and what is wrong in it.
 
     ``targets`` holds, for each kind a link may name (node, blob, file), the keys
-    the part's nodes link to; ``spans``: (node id, key of its span's ``after`` or -1,
-    keys of its span's messages). ``messages``: the message count of each node
-    whose key was asked for."""
+    the part's nodes link to. ``messages``: the message count of each node whose
+    key was asked for."""
 
     count: int = 0  # objects read, an object stored twice counted twice
     content_bytes: int = 0  # of the objects ``Reader.checked`` read
@@ -97,13 +96,25 @@ class Found:
     contents: array[int] = field(default_factory=lambda: array("q"))
     compactions: bytearray = field(default_factory=bytearray)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (object id, what)
-    spans: list[tuple[str, int, array[int]]] = field(default_factory=list)
+    # Per span, in four flat columns (a store has one every 16 messages): its node's
+    # 32-byte id, the key of its ``after`` (-1: none), how many messages it lists,
+    # and (all spans' in a row) the keys of those messages.
+    span_nodes: bytearray = field(default_factory=bytearray)
+    span_after: array[int] = field(default_factory=lambda: array("q"))
+    span_sizes: array[int] = field(default_factory=lambda: array("q"))
+    span_messages: array[int] = field(default_factory=lambda: array("q"))
     messages: dict[int, int] = field(default_factory=dict)
     pack_problems: list[str] = field(default_factory=list)  # of the records themselves
     placed: int = 0  # objects whose place an index must say (SealedPack.settle)
     placements: int = 0
     index_sum: int = 0
     index_problem: str | None = None
+
+    def add_span(self, node: bytes, after: int, messages: array[int]) -> None:
+        self.span_nodes += node
+        self.span_after.append(after)
+        self.span_sizes.append(len(messages))
+        self.span_messages += messages
 
 
 class Reader:
@@ -306,7 +317,7 @@ class Reader:
                         at += 1
                     listed = keys[at:]
                     blob_targets += listed
-                    found.spans.append((raw.hex(), start_key, listed))
+                    found.add_span(raw, start_key, listed)
                 return
         self._parsed(raw, bytes(content[start:end]))
 
@@ -332,7 +343,7 @@ class Reader:
             found.messages[own] = node.messages
         if node.span is not None:
             span = array("q", map(key, node.span.messages))
-            found.spans.append((oid, key(node.span.after), span))
+            found.add_span(raw, key(node.span.after), span)
 
 
 def _keys(ids: list[str]) -> array[int]:
