@@ -266,7 +266,10 @@ class _Seen:
         sets, which only the links and refs need, before it makes its own."""
         self.nodes, self.bad_nodes, self.blobs, self.files = set(), set(), set(), set()
         keys, parents, contents, compactions = (
-            self.node_keys, self.parents, self.contents, self.compactions
+            self.node_keys,
+            self.parents,
+            self.contents,
+            self.compactions,
         )
         position = dict(zip(keys, range(len(keys)), strict=True)).get
         problems = []

@@ -153,9 +153,7 @@ def _expected(known: dict[str, object]) -> set[str]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_fsck_lists_the_same_problems_read_in_parts_or_whole(
-    tmp_path: Path, workers: int
-) -> None:
+def test_fsck_lists_the_same_problems_read_in_parts_or_whole(tmp_path: Path, workers: int) -> None:
     path = tmp_path / "store"
     known = _damaged_store(path)
     with Store.open(path) as s:
