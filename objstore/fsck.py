@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import filterfalse
-from typing import Final
 
 from . import fsck_read
 from .errors import AgsError, ObjectError
@@ -58,7 +57,8 @@ def check_store(
 ) -> FsckReport:
     """Every problem of the store. Sealed packs are read in parts, each block once,
     by ``workers`` processes side by side (by default one per core for a big store,
-    fsck_read.read_parts); in memory about 100 bytes an object. ``progress(done,
+    fsck_read.read_parts); in memory about 120 bytes an object here and a block in
+    each worker. ``progress(done,
     total)`` is called after each part with ``total`` -1 (not known before the end),
     then once with both."""
     start = time.perf_counter()
@@ -134,9 +134,6 @@ def check_store(
         read,
         time.perf_counter() - start,
     )
-
-
-_KINDS: Final = ("node", "blob", "file")  # what a link may name, by code (fsck_read.Found)
 
 
 def _part_nodes(pack: SealedPack, first: int, stop: int) -> Callable[[], Iterable[Node]]:
