@@ -324,8 +324,10 @@ def fsck(ctx: click.Context, as_json: bool) -> None:
         for warning in report.warnings:
             click.echo(visible(f"ags: warning: {warning}"), err=True)
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
-        click.echo(f"checked {report.objects} objects and {report.refs} refs: {verdict}",
-                   err=not report.ok)  # fmt: skip
+        rate = report.bytes_read / 1e6 / max(report.seconds, 1e-9)
+        click.echo(f"checked {report.objects} objects and {report.refs} refs "
+                   f"({report.bytes_read / 1e6:,.1f} MB in {report.seconds:.1f} s, "
+                   f"{rate:,.1f} MB/s): {verdict}", err=not report.ok)  # fmt: skip
     if not report.ok:
         ctx.exit(1)
 

@@ -9,18 +9,21 @@ can read are a warning.
 
 from __future__ import annotations
 
+import time
 from array import array
-from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Final
+from itertools import filterfalse
 
+from . import fsck_read
 from .errors import AgsError, ObjectError
-from .limits import check_json_text
+from .fsck_read import key, plan, read_parts
 from .nodes import Node, parse_node
+from .packs import Checked, SealedPack
 from .permissions import access_report
 from .reach import node_links
-from .refs import names_node, ref_kind, session_of
+from .refs import RefRecord, names_node, ref_kind, session_of
 from .store import Store, session_info
 
 Progress = Callable[[int, int], None]
@@ -41,16 +44,24 @@ class FsckReport:
     refs: int
     problems: list[Problem]
     warnings: list[str] = field(default_factory=list)  # worth knowing, not damage
+    bytes_read: int = 0  # of packs, their indexes and loose objects
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
-    """Every problem of the store. Objects are read in storage order, each block once,
-    in memory about 120 bytes an object. ``progress(done, total)`` is called every
-    1,000 objects with ``total`` -1 (not known before the end), then once with both."""
+def check_store(
+    store: Store, progress: Progress | None = None, *, workers: int | None = None
+) -> FsckReport:
+    """Every problem of the store. Sealed packs are read in parts, each block once,
+    by ``workers`` processes side by side (by default one per core for a big store,
+    fsck_read.read_parts); in memory about 120 bytes an object here and a block in
+    each worker. ``progress(done,
+    total)`` is called after each part with ``total`` -1 (not known before the end),
+    then once with both."""
+    start = time.perf_counter()
     problems: list[Problem] = []
     warnings: list[str] = []
     access = access_report(store.path)
@@ -63,265 +74,232 @@ def check_store(store: Store, progress: Progress | None = None) -> FsckReport:
             f"({shown}): chmod -R go-rwx {store.path}"
         )
     problems += [Problem(name, why) for name, why in store.pack_problems()]
+    # Refs are read before the objects: what they name was written before them, so
+    # the read finds it even while a writer goes on; and the nodes they name are the
+    # ones whose message count the read keeps.
+    refs = [(name, _read_ref(store, name)) for name in store.ref_names()]
+    wanted = frozenset(
+        key(rec.target)
+        for name, rec in refs
+        if isinstance(rec, RefRecord) and ref_kind(name) == "sessions"
+        and isinstance(rec.target, str)
+    )  # fmt: skip
     seen = _Seen()
-    record_problems: list[tuple[str, str]] = []
-    for oid, result in store.checked_objects(record_problems):
-        if progress and seen.count % 1000 == 0:
+    packs = store.sealed_packs()
+    pack_problems: list[list[str]] = [[] for _ in packs]
+    parts = plan(packs, pack_problems)
+    sums = [[0, 0, 0] for _ in packs]  # per pack: objects placed, their placements, index sum
+    index_problems: list[Problem] = []
+    for part, found in zip(parts, read_parts(packs, parts, wanted, workers), strict=True):
+        number, what, first, stop = part
+        pack = packs[number]
+        sums[number][0] += found.placed
+        sums[number][1] += found.placements
+        sums[number][2] += found.index_sum
+        pack_problems[number] += found.pack_problems
+        if found.index_problem and not any(p.where == pack.path.name for p in index_problems):
+            index_problems.append(Problem(pack.path.name, found.index_problem))
+        source = None if what == fsck_read.INDEX else _part_nodes(pack, first, stop)
+        seen.add(found, source)
+        if progress:
             progress(seen.count, -1)
-        problems += seen.add(oid, result)
-    problems += [Problem(name, why) for name, why in record_problems]
+    problems += index_problems
+    for number, pack in enumerate(packs):
+        read_again: list[Checked] = []
+        for item in pack.settle(*sums[number]):
+            if isinstance(item, str):
+                pack_problems[number].append(item)
+            else:
+                read_again.append(item)
+        if read_again:
+            seen.add_checked(read_again, wanted)
+    seen.add_checked(store.unsealed_objects(), wanted, store.unsealed_objects)
     if progress:
         progress(seen.count, seen.count)
-    problems += seen.settle_waiting()
-    seen.finish()
-    problems += seen.link_problems(store)
-    problems += seen.span_problems()
-
-    ref_names = store.ref_names()
-    for name in ref_names:
-        problems += _ref_problems(store, name, seen)
+    problems += seen.problems
+    for pack, found_problems in zip(packs, pack_problems, strict=True):
+        problems += [Problem(pack.path.name, why) for why in found_problems]
+    problems += seen.link_problems()
+    ref_problems = [p for name, rec in refs for p in _ref_problems(name, rec, seen)]
     for name in store.reflog_names():
-        problems += _reflog_problems(store, name, seen)
-    return FsckReport(seen.unique(), len(ref_names), list(dict.fromkeys(problems)), warnings)
+        ref_problems += _reflog_problems(store, name, seen)
+    objects = seen.unique()
+    problems += seen.span_problems() + ref_problems
+    read = sum(pack.size + pack.index_size for pack in packs) + seen.unsealed_bytes
+    return FsckReport(
+        objects,
+        len(refs),
+        list(dict.fromkeys(problems)),
+        warnings,
+        read,
+        time.perf_counter() - start,
+    )
 
 
-WAIT_OBJECTS: Final = 1024  # objects read before a node's unresolved links are checked
-_KINDS: Final = ("node", "blob", "file")  # what a link may name (reach.Link.kind), by code
-_KIND_CODES: Final = {kind: code for code, kind in enumerate(_KINDS)}
+def _part_nodes(pack: SealedPack, first: int, stop: int) -> Callable[[], Iterable[Node]]:
+    return lambda: fsck_read.nodes_of_part(pack, first, stop)
 
 
-def _key(oid: str) -> int:
-    """What fsck remembers of an id: its first 60 bits, which fit a signed 64-bit array
-    entry (-1 for what is not an id)."""
-    if len(oid) != 64:
-        return -1
-    try:
-        return int(oid[:15], 16)
-    except ValueError:
-        return -1
+def _checked_nodes(items: Iterable[Checked]) -> Iterator[Node]:
+    for oid, result in items:
+        if not isinstance(result, ObjectError) and result[0] == "node":
+            with suppress(ObjectError):
+                yield parse_node(oid, result[1])
 
 
 class _Seen:
-    """What fsck has read, kept small enough for a store of millions of objects: ids
-    as the int of their first 60 bits (a false match needs two ids sharing them),
-    nodes as arrays of the parts the checks need, never whole Node objects.
-
-    A node's links are checked as it is read when their targets were read before
-    it (objects are written after what they name, so nearly always); otherwise
-    once WAIT_OBJECTS more objects are read (a merge may have put a node before
-    its message in their block), and after the last object if still unresolved."""
+    """What the read of every object found (fsck_read.Found, merged): the keys of
+    what was read, by kind, as sets (C-speed membership for millions of links), and
+    per part the keys its nodes link to, kept until the end, when each part whose
+    links do not all name what they must is read again for the exact messages."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.finished = False  # finish() has sorted what was read
-        self.counted = 0
-        self.blob_keys = array("q")
+        self.unsealed_bytes = 0  # content of the objects read one by one
         self.nodes: set[int] = set()
+        self.bad_nodes: set[int] = set()  # nodes ags cannot read: still nodes, for links
         self.blobs: set[int] = set()
-        self.other_kinds: dict[int, str] = {}
+        self.files: set[int] = set()
         self.unreadable: set[int] = set()  # read, and failed (reported already)
-        # Links that wait for the last object: target key, kind code, number of the
-        # node in later_ids (32 raw bytes each), read again only if a link fails.
-        self.later_target = array("q")
-        self.later_kind = bytearray()
-        self.later_node = array("l")
-        self.later_ids = bytearray()
-        # Per node, in reading order: its key, parent key (-1 none), content key,
-        # whether it is a compaction.
-        self.node_key = array("q")
-        self.node_parent = array("q")
-        self.node_content = array("q")
-        self.node_compaction = bytearray()
-        self.node_messages = array("q")
-        self.spans: list[tuple[str, int, array[int]]] = []  # node id, after key, messages
-        # Nodes whose links wait (WAIT_OBJECTS): id, node, whether it is simple (a
-        # parent, a content, a state), and those three keys (-1: none).
-        self.waiting: list[tuple[str, Node, bool, int, int, int]] = []
+        self.problems: list[Problem] = []
+        self.links: list[tuple[Callable[[], Iterable[Node]], tuple[array[int], ...]]] = []
+        self.spans = fsck_read.Found()  # only its span columns
+        self.messages: dict[int, int] = {}
+        # Per node read, in reading order: its key, its parent's, its content's, and
+        # whether it is a compaction (for span_problems).
+        self.node_keys = array("q")
+        self.parents = array("q")
+        self.contents = array("q")
+        self.compactions = bytearray()
 
-    def kind(self, key: int) -> str | None:
-        if self.finished:
-            if self.position(key) >= 0:
-                return "node"
-            at = bisect_left(self.blob_keys, key)
-            if at < len(self.blob_keys) and self.blob_keys[at] == key:
-                return "blob"
-        elif key in self.nodes:
+    def add(self, found: fsck_read.Found, source: Callable[[], Iterable[Node]] | None) -> None:
+        """Merge what a part found; ``source`` reads its nodes again."""
+        self.count += found.count
+        self.nodes.update(found.nodes)
+        self.bad_nodes.update(found.bad_nodes)
+        self.blobs.update(found.blobs)
+        self.files.update(found.files)
+        self.unreadable.update(found.unreadable)
+        self.problems += [Problem(oid, what) for oid, what in found.problems]
+        # Links to what was read already are checked now; only the rest is kept.
+        kinds = (self.nodes, self.blobs, self.files)
+        left = tuple(
+            array("q", filterfalse(have.__contains__, want))
+            for have, want in zip(kinds, found.targets, strict=True)
+        )
+        if source is not None and any(left):
+            self.links.append((source, left))
+        spans = self.spans
+        spans.span_nodes += found.span_nodes
+        spans.span_after += found.span_after
+        spans.span_sizes += found.span_sizes
+        spans.span_messages += found.span_messages
+        self.messages.update(found.messages)
+        self.node_keys += found.nodes
+        self.parents += found.parents
+        self.contents += found.contents
+        self.compactions += found.compactions
+
+    def add_checked(
+        self,
+        items: Iterable[Checked],
+        wanted: frozenset[int],
+        again: Callable[[], Iterable[Checked]] | None = None,
+    ) -> None:
+        """Objects read one by one (not from a sealed pack's records); ``again`` reads
+        them once more if their links must be looked at (by default, a list is kept)."""
+        if again is None:
+            kept = list(items)
+            items, again = kept, lambda: kept
+        reader = fsck_read.Reader(wanted)
+        reader.checked(items)
+        self.unsealed_bytes += reader.found.content_bytes
+        self.add(reader.found, lambda: _checked_nodes(again()))
+
+    def kind(self, target: int) -> str | None:
+        if target in self.nodes or target in self.bad_nodes:
             return "node"
-        elif key in self.blobs:
+        if target in self.blobs:
             return "blob"
-        return self.other_kinds.get(key)
+        return "file" if target in self.files else None
 
-    def known(self, key: int) -> bool:
-        return self.kind(key) is not None or key in self.unreadable
+    def known(self, target: int) -> bool:
+        return self.kind(target) is not None or target in self.unreadable
 
     def unique(self) -> int:
-        if self.finished:
-            return self.counted
-        return len(self.nodes) + len(self.blobs) + len(self.other_kinds) + len(self.unreadable)
+        return (
+            len(self.nodes) + len(self.bad_nodes) + len(self.blobs) + len(self.files)
+            + len(self.unreadable)
+        )  # fmt: skip
 
-    def add(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
-        self.count += 1
-        if len(self.waiting) and self.count % WAIT_OBJECTS == 0:
-            return self._read(oid, result) + self.settle_waiting()
-        return self._read(oid, result)
-
-    def settle_waiting(self) -> list[Problem]:
-        """Check the links of the nodes that waited; what is still missing waits for
-        the last object."""
+    def link_problems(self) -> list[Problem]:
+        """Every link that names a missing object or one of the wrong kind. A part
+        whose links all name what they must costs three subset tests in C; any other
+        is read again, and each of its nodes checked link by link."""
         problems = []
-        nodes, blobs = self.nodes, self.blobs
-        for oid, node, simple, parent, content, state in self.waiting:
-            if not (
-                simple
-                and (parent == -1 or parent in nodes)
-                and content in blobs
-                and (state == -1 or state in blobs)
-            ):
-                problems += self._links(oid, node)
-        self.waiting = []
-        return problems
-
-    def _read(self, oid: str, result: tuple[str, bytes] | ObjectError) -> list[Problem]:
-        key = _key(oid)
-        if isinstance(result, ObjectError):
-            self.unreadable.add(key)
-            return [Problem(oid, str(result).removeprefix(f"object {oid} "))]
-        kind, body = result
-        if kind != "node":
-            (self.blobs.add(key) if kind == "blob" else self.other_kinds.__setitem__(key, kind))
-            if kind != "blob":  # a file object's body is any bytes
-                return []
-            try:
-                check_json_text(body)  # within the format's limits, as every read needs it
-            except ValueError as e:
-                return [Problem(oid, f"is not a blob ags can read: {e}")]
-            return []
-        try:
-            node = parse_node(oid, body)
-        except ObjectError as e:
-            self.other_kinds[key] = "node"  # a node, though not one ags can read
-            return [Problem(oid, str(e).removeprefix(f"object {oid} "))]
-        nodes, blobs = self.nodes, self.blobs
-        nodes.add(key)
-        self.node_key.append(key)
-        parent = -1 if node.parent is None else _key(node.parent)
-        content = _key(node.content)
-        self.node_parent.append(parent)
-        self.node_content.append(content)
-        self.node_compaction.append(node.is_compaction)
-        self.node_messages.append(node.messages if type(node.messages) is int else -1)
-        if node.span is not None:
-            after = -1 if node.span.after is None else _key(node.span.after)
-            self.spans.append((oid, after, array("q", map(_key, node.span.messages))))
-        # What nearly every node is: a parent, a message and a state, and nothing else.
-        simple = node.span is None and not node.kept and not node.files
-        state = -1 if node.state is None else _key(node.state)
-        if (
-            simple
-            and (parent == -1 or parent in nodes)
-            and content in blobs
-            and (state == -1 or state in blobs)
-        ):
-            return []  # each link names what was read before it
-        self.waiting.append((oid, node, simple, parent, content, state))
-        return []
-
-    def _links(self, oid: str, node: Node) -> list[Problem]:
-        """Check a node's links against what was read; one whose target was not read
-        yet waits for the last object."""
-        nodes, blobs, other_kinds = self.nodes, self.blobs, self.other_kinds
-        problems: list[Problem] = []
-        deferred = False
-        for link in node_links(node):
-            target = _key(link.target)
-            # kind(), inline: this runs for every link of every node of the store
-            have = (
-                "node"
-                if target in nodes
-                else "blob"
-                if target in blobs
-                else other_kinds.get(target)
-            )
-            if have is None and target not in self.unreadable:
-                if not deferred:
-                    deferred = True
-                    self.later_ids += bytes.fromhex(oid)
-                self.later_target.append(target)
-                self.later_kind.append(_KIND_CODES[link.kind])
-                self.later_node.append(len(self.later_ids) // 32 - 1)
-            elif have is not None and have != link.kind:
-                problems.append(Problem(oid, f"{link.field} names a {have}, not a {link.kind}"))
+        kinds = (self.nodes, self.blobs, self.files)
+        for source, targets in self.links:
+            if all(have.issuperset(want) for have, want in zip(kinds, targets, strict=True)):
+                continue
+            for node in source():
+                problems += self._node_link_problems(node)
         return problems
 
     def _node_link_problems(self, node: Node) -> list[Problem]:
         problems = []
         for link in node_links(node):
-            key = _key(link.target)
-            have = self.kind(key)
-            if have is None and key not in self.unreadable:
+            target = key(link.target)
+            have = self.kind(target)
+            if have is None and target not in self.unreadable:
                 problems.append(Problem(node.id, f"{link.field} names missing {link.target}"))
             elif have is not None and have != link.kind:
                 problems.append(Problem(node.id, f"{link.field} names a {have}, not a {link.kind}"))
         return problems
 
-    def link_problems(self, store: Store) -> list[Problem]:
-        """The links of the nodes read before what they name, now that all is read; a
-        node with a link that fails is read again for the exact messages."""
-        failed: dict[int, None] = {}
-        for target, code, number in zip(
-            self.later_target, self.later_kind, self.later_node, strict=True
-        ):
-            have = self.kind(target)
-            if (have is None and target not in self.unreadable) or (
-                have is not None and have != _KINDS[code]
-            ):
-                failed[number] = None
-        problems = []
-        for number in failed:
-            oid = self.later_ids[number * 32 : number * 32 + 32].hex()
-            _kind, body = store.raw_object(oid)  # it verified once; read it again
-            problems += self._node_link_problems(parse_node(oid, body))
-        return problems
-
-    def finish(self) -> None:
-        """After the last object: the sets become sorted arrays (``position`` for nodes,
-        ``blob_keys``), about half their memory, and ``kind`` looks there."""
-        self.counted = self.unique()
-        self.blob_keys = array("q", sorted(self.blobs))
-        self.blobs = set()
-        self.nodes = set()  # the sorted node_key holds the same keys
-        self.finished = True
-        order = sorted(range(len(self.node_key)), key=self.node_key.__getitem__)
-        for name in ("node_key", "node_parent", "node_content", "node_messages"):
-            column = getattr(self, name)
-            setattr(self, name, array("q", (column[i] for i in order)))
-        self.node_compaction = bytearray(self.node_compaction[i] for i in order)
-
-    def position(self, key: int) -> int:
-        """Where a node is in the sorted arrays (``finish``), or -1."""
-        at = bisect_left(self.node_key, key)
-        return at if at < len(self.node_key) and self.node_key[at] == key else -1
-
-    def messages(self, node_id: str) -> int | None:
-        """A node's message count, if it was read and parsed."""
-        at = self.position(_key(node_id))
-        return None if at < 0 else self.node_messages[at]
-
     def span_problems(self) -> list[Problem]:
-        """A span must list exactly the message blobs between its start and its node."""
-        keys, parent, content = self.node_key, self.node_parent, self.node_content
+        """A span must list exactly the message blobs between its start and its node:
+        each is walked back through the nodes read, found by key (a pack merged by gc
+        or repack keeps no session's nodes together). Run last: it lets go of the
+        sets, which only the links and refs need, before it makes its own."""
+        self.nodes, self.bad_nodes, self.blobs, self.files = set(), set(), set(), set()
+        keys, parents, contents, compactions = (
+            self.node_keys,
+            self.parents,
+            self.contents,
+            self.compactions,
+        )
+        position = dict(zip(keys, range(len(keys)), strict=True)).get
         problems = []
-        for oid, after, messages in self.spans:
+        spans, first = self.spans, 0
+        columns = zip(spans.span_after, spans.span_sizes, strict=True)
+        for number, (after, size) in enumerate(columns):
+            oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
+            messages = spans.span_messages[first : first + size].tolist()
+            first += size
             blobs: list[int] = []
-            at = self.position(_key(oid))
+            at = position(key(oid), -1)
             while at >= 0:
-                if keys[at] == after or self.node_compaction[at] or len(blobs) > len(messages):
+                if keys[at] == after or compactions[at] or len(blobs) > size:
                     break
-                blobs.append(content[at])
-                at = self.position(parent[at]) if parent[at] != -1 else -1
-            if blobs[::-1] != list(messages):
+                blobs.append(contents[at])
+                at = position(parents[at], -1) if parents[at] != -1 else -1
+            if blobs[::-1] != messages:
                 problems.append(Problem(oid, "span does not match the messages before it"))
         return problems
+
+    def messages_of(self, node_id: str) -> int | None:
+        """A node's message count, if it is the target of a session ref and was read."""
+        return self.messages.get(key(node_id))
+
+
+def _read_ref(store: Store, name: str) -> RefRecord | None | AgsError:
+    try:
+        rec = store.read_ref(name)
+        if rec is not None and ref_kind(name) == "sessions":
+            session_info(rec)
+    except AgsError as e:
+        return e
+    return rec
 
 
 def _reflog_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:
@@ -336,7 +314,7 @@ def _reflog_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:
     entries = store.reflog_entries(name)
     for entry in entries:
         for value in (entry.old, entry.new):
-            if value and names_node(value) and not seen.known(_key(value)):
+            if value and names_node(value) and not seen.known(key(value)):
                 problems.append(Problem(where, f"names missing node {value}"))
     if entries and entries[-1].new is not None and missing_ref:
         problems.append(
@@ -349,13 +327,9 @@ def _reflog_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:
     return problems
 
 
-def _ref_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:
-    try:
-        rec = store.read_ref(name)
-        if rec is not None and ref_kind(name) == "sessions":
-            session_info(rec)
-    except AgsError as e:
-        return [Problem(name, str(e))]
+def _ref_problems(name: str, rec: RefRecord | None | AgsError, seen: _Seen) -> list[Problem]:
+    if isinstance(rec, AgsError):
+        return [Problem(name, str(rec))]
     if rec is None or rec.target is None:
         return []
     if not isinstance(rec.target, str):
@@ -363,12 +337,12 @@ def _ref_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:
     target = rec.target
     if ref_kind(name) == "HEAD" and session_of(target) is not None:
         return []  # attached to a session, which may since have been deleted: not damage
-    have = seen.kind(_key(target))
+    have = seen.kind(key(target))
     if have is None:
         return [Problem(name, f"names missing node {target}")]
     if have != "node":
         return [Problem(name, f"names a {have}, not a node")]
-    has = seen.messages(target)
+    has = seen.messages_of(target)
     if ref_kind(name) == "sessions" and has is not None:  # read_ref checked the name
         count = rec.body.get("meta", {}).get("messages")
         if count != has:

@@ -150,6 +150,12 @@ def read_exactly(text: bytes) -> bool:
     return _unusual(value, MAX_DEPTH) == 0
 
 
+def value_read_exactly(value: Any) -> bool:
+    """``read_exactly`` for a value orjson has read already: nothing deeper than
+    MAX_DEPTH and no number it could have read inexactly."""
+    return _unusual(value, MAX_DEPTH) == 0
+
+
 def parse_json_many(texts: list[bytes], max_depth: int = MAX_DEPTH) -> list[Any]:
     """``[parse_json(t, max_depth) for t in texts]``, with less work per text for the
     common case (a context is thousands of short texts): a text orjson cannot read,

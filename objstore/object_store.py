@@ -233,23 +233,18 @@ class ObjectStore:
     def pack_problems(self) -> list[tuple[str, str]]:
         """(pack file, what is wrong) for every pack this handle leaves alone and every
         fault in a sealed pack's index, after a fresh look (the records' faults are
-        found by ``checked_objects``)."""
+        found by fsck as it reads them)."""
         self.refresh()
         problems = [(f"{stem}.pack", why) for stem, why in self._damaged.items()]
         for pack in self._sealed.values():
             problems += [(pack.path.name, p) for p in pack.index_problems()]
         return problems
 
-    def checked_objects(self, problems: list[tuple[str, str]]) -> Iterator[Checked]:
-        """Every object this handle can see, verified (``SealedPack.checked_objects``):
-        sealed packs in pack order, then what is being written and loose objects.
-        An object stored twice comes twice. Faults of the packs' records go to
-        ``problems`` as (pack file, what is wrong)."""
+    def unsealed_objects(self) -> Iterator[Checked]:
+        """Every object of the packs being written and the loose files, read one by one
+        and verified (fsck reads the sealed packs itself, a block at a time). An
+        object stored twice comes twice."""
         self.refresh()
-        for pack in list(self._sealed.values()):
-            found: list[str] = []
-            yield from pack.checked_objects(found)
-            problems += [(pack.path.name, why) for why in found]
         others: list[str] = []
         if self._writer is not None:
             others += self._writer.index

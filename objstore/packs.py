@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import fcntl
 import mmap
+import operator
 import os
 import secrets
 import struct
@@ -33,6 +34,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -47,7 +49,6 @@ from .limits import read_exactly
 from .live_index import ENTRY_RECORDS, LIVE_MAGIC
 from .live_index import encode_entry as encode_live_entry
 from .pack_format import (
-    BLOCK_ENTRY_HEAD,
     BLOCK_IDX_ENTRY,
     BLOCK_PACK_MAGIC,
     CHECKSUM_BYTES,
@@ -496,6 +497,7 @@ def block_payload(objects_in: dict[str, bytes]) -> tuple[bytes, bytes]:
 BLOCK_CACHE: Final = 16  # decompressed blocks a pack reader keeps
 RELEASE_EVERY: Final = 16 << 20  # bytes of a pack or index fsck reads between letting go of them
 _SUM: Final = 1 << 64
+_ENTRY_BYTES: Final = {e.size: struct.Struct(f"{e.size}s") for e in (IDX_ENTRY, BLOCK_IDX_ENTRY)}
 _ENTRIES_BETWEEN_RELEASES: Final = 1 << 16
 _BLOCKS_BETWEEN_RELEASES: Final = 512
 # A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
@@ -607,8 +609,6 @@ def decompress_block(frame: bytes | memoryview) -> bytes:
     except zstandard.ZstdError as e:
         raise ValueError(f"zstd: {e}") from None
 
-
-_KIND_NAMES: Final = {kind.encode("ascii"): kind for kind in objects.KINDS}
 
 # An object as fsck reads it: its id and (kind, body), or what is wrong with it.
 Checked = tuple[str, "tuple[str, bytes] | ObjectError"]
@@ -897,100 +897,118 @@ class SealedPack:
         ]
 
     def index_problems(self) -> list[str]:
-        """What is wrong with the index (checksum, order, bounds); [] when it is sound."""
+        """What is wrong with the index as a whole (its checksum, the pack size it
+        covers); [] when it is sound. Each entry is checked by ``index_part``."""
         problems = []
         end = ENTRIES_AT + self.count * self._entry.size
-        if blake3.blake3(self._map[:end]).digest() != self._map[end : end + 32]:
+        hashed = blake3.blake3()
+        with memoryview(self._map) as view:
+            for at in range(0, end, RELEASE_EVERY):  # a big index is let go of as it goes
+                hashed.update(view[at : min(at + RELEASE_EVERY, end)])
+                self._map.madvise(mmap.MADV_DONTNEED)
+        if hashed.digest() != self._map[end : end + 32]:
             problems.append("index checksum does not match")
         if self.pack_size > self.size:  # less is a torn tail left by a crash (5.2)
             problems.append(f"index covers {self.pack_size} bytes, pack has {self.size}")
-        previous = b""
-        for entry in self._entries():
-            raw, off, length = entry[0], entry[1], entry[-1]
-            if raw <= previous:
-                problems.append(f"index entries out of order at {raw.hex()}")
-                break
-            in_block = self.version == 2 and entry[2] != NOT_IN_A_BLOCK
-            if off > self.size or (not in_block and off + length > self.size):
-                problems.append(f"index entry {raw.hex()} points past the end of the pack")
-                break
-            previous = raw
         return problems
 
-    def checked_objects(self, problems: list[str]) -> Iterator[Checked]:
-        """Every object of the pack, read in pack order (each block decompressed once)
-        and verified: ``(id, (kind, body))``, or ``(id, the error)``. What is wrong
-        with the records themselves goes to ``problems``: a record that cannot be
-        read, a block or ref-update record that does not verify, an object the
-        index lacks, an index entry that points at no object. Memory: one block."""
+    def index_part(self, first: int, stop: int) -> tuple[int, str | None]:
+        """Index entries ``first`` to ``stop`` (their numbers): the sum of their
+        placements (``placement``), and the first of them out of order (after the
+        entry before it) or pointing past the end of the pack, if any. fsck splits a
+        big index into parts that run side by side; each is checked in C, and walked
+        entry by entry only to name what is wrong."""
+        step, size = self._entry.size, self.size
+        at, end = ENTRIES_AT + first * step, ENTRIES_AT + stop * step
+        previous = self._map[at - step : at - step + 32] if first else b""
+        with memoryview(self._map) as view:
+            chunk = view[at:end]
+            total = sum(map(hash, map(itemgetter(0), _ENTRY_BYTES[step].iter_unpack(chunk))))
+            entries = list(self._entry.iter_unpack(chunk))
+            chunk.release()
+        ids = list(map(itemgetter(0), entries))
+        offsets = list(map(itemgetter(1), entries))
+        lengths = list(map(itemgetter(-1), entries))
+        plain = self.version == 1 or NOT_IN_A_BLOCK in map(itemgetter(2), entries)
+        if (
+            (not ids or previous < ids[0])
+            and all(map(operator.lt, ids, ids[1:]))
+            and (not offsets or max(offsets) <= size)
+            and (not plain or not offsets or max(map(operator.add, offsets, lengths)) <= size)
+        ):
+            self._map.madvise(mmap.MADV_DONTNEED)
+            return total % _SUM, None
+        problem = None
+        for entry in entries:
+            raw, off, length = entry[0], entry[1], entry[-1]
+            if raw <= previous:
+                problem = f"index entries out of order at {raw.hex()}"
+                break
+            in_block = self.version == 2 and entry[2] != NOT_IN_A_BLOCK
+            if off > size or (not in_block and off + length > size):
+                problem = f"index entry {raw.hex()} points past the end of the pack"
+                break
+            previous = raw
+        self._map.madvise(mmap.MADV_DONTNEED)
+        return total % _SUM, problem
+
+    def placement(self) -> Callable[..., bytes]:
+        """What a record's object adds to the placement sum (``index_part``, ``settle``):
+        ``hash(placement()(raw id, *where))``, ``where`` being the rest of its index
+        entry. The exact bytes of the entry, hashed (SipHash, keyed per process, so
+        the sums must be made in one process or its forks): a sum of tuple hashes
+        is nearly linear in small ints, and two entries that swapped places kept it."""
+        return self._entry.pack
+
+    def records(self, problems: list[str]) -> Iterator[tuple[int, bytes, int, int]]:
+        """``(type, raw id, payload offset, length)`` of every readable record, in pack
+        order; where the readable records end before the pack does goes to
+        ``problems``. The pages read are let go of as it goes."""
         end = min(self.pack_size, self.size)
         start = len(PACK_MAGIC)
-        types = (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
-        # Whether the index says where each object is: a sum over (id, where) of what
-        # the scan found, against the same sum over the index read in order (random
-        # lookups would touch every page of a big index). Only when they differ is
-        # each object looked up.
-        found = placements = 0
-        sums = [0, 0]  # the same two, for the objects of blocks (``_block_objects``)
         readable_end = released = start
-
-        pack = self._placement_key().pack
-
-        def placement(oid: str, where: tuple[int, ...]) -> None:
-            nonlocal found, placements
-            found += 1
-            placements += hash(pack(int(oid[:16], 16), *where))
-
-        view = memoryview(self._data)
-        try:
-            for record in iter_records(view[start:end], start, types):
+        with memoryview(self._data) as view:
+            for record in iter_records(view[start:end], start, self.record_types()):
                 off, length = record.location
                 if off + length - released > RELEASE_EVERY:
                     released = self._release_pages(off - RECORD_HEAD.size)
                 readable_end = off + length
-                if record.type == TYPE_OBJECT:
-                    oid = record.raw_id.hex()
-                    placement(
-                        oid, (off, length) if self.version == 1 else (off, NOT_IN_A_BLOCK, length)
-                    )
-                    try:
-                        yield oid, objects.decode(oid, self._data[off : off + length])
-                    except CorruptObject as e:
-                        yield oid, e
-                elif record.type == TYPE_REF:
-                    problems += self._ref_record_problems(record.raw_id, off, length)
-                else:
-                    yield from self._block_objects(record.raw_id, off, length, problems, sums)
-        finally:
-            view.release()
+                yield record.type, record.raw_id, off, length
         self._release_pages(end)
         if readable_end < end:
             problems.append(f"records cannot be read from offset {readable_end} on (of {end})")
-        found, placements = found + sums[0], placements + sums[1]
-        if found == self.count and placements % _SUM == self._index_sum():
+
+    @property
+    def index_size(self) -> int:
+        return len(self._map)
+
+    def record_types(self) -> tuple[int, int]:
+        return (TYPE_OBJECT, TYPE_REF) if self.version == 1 else (TYPE_OBJECT, TYPE_BLOCK)
+
+    def payload(self, off: int, length: int) -> bytes:
+        return self._data[off : off + length]
+
+    def release(self, start: int, end: int) -> None:
+        """Let go of the pages of the pack between ``start`` and ``end`` that this
+        process read (they stay in the page cache)."""
+        start -= start % mmap.PAGESIZE
+        if end > start:
+            self._data.madvise(mmap.MADV_DONTNEED, start, min(end, self.size) - start)
+
+    def settle(self, found: int, placements: int, index_sum: int) -> Iterator[Checked | str]:
+        """After every record was read (``found`` objects, whose placements summed to
+        ``placements``) and every index entry summed (``index_sum``): nothing if the
+        index says where each object is; else how many objects it lacks (a str),
+        and every object read through the index, the way other readers read it."""
+        if found == self.count and placements % _SUM == index_sum % _SUM:
             return
-        unindexed = sum(self.find(oid) is None for oid in self._record_ids(start, end, types))
+        start, end = len(PACK_MAGIC), min(self.pack_size, self.size)
+        unindexed = sum(
+            self.find(oid) is None for oid in self._record_ids(start, end, self.record_types())
+        )
         if unindexed:
-            problems.append(f"the index lacks {unindexed} object(s) of the pack")
-        yield from self._misplaced()  # read every object through the index
-
-    def _placement_key(self) -> struct.Struct:
-        """What is hashed for one object's place in the sums of ``checked_objects``: the
-        first 8 bytes of its id and its index entry's numbers. Hashed as bytes (SipHash,
-        keyed per process): a tuple's hash is nearly linear in small ints, and two
-        entries that swap places left its sum as it was."""
-        return struct.Struct("<Q" + "Q" * (2 if self.version == 1 else 3))
-
-    def _index_sum(self) -> int:
-        total = 0
-        every = RELEASE_EVERY // self._entry.size
-        pack = self._placement_key().pack
-        for n, entry in enumerate(self._entries(), 1):
-            total += hash(pack(int.from_bytes(entry[0][:8], "big"), *entry[1:]))
-            if n % every == 0:
-                self._map.madvise(mmap.MADV_DONTNEED)
-        self._map.madvise(mmap.MADV_DONTNEED)
-        return total % _SUM
+            yield f"the index lacks {unindexed} object(s) of the pack"
+        yield from self._misplaced()
 
     def _record_ids(self, start: int, end: int, types: tuple[int, ...]) -> Iterator[str]:
         """The id of every object in the records (a block that cannot be read: none)."""
@@ -1014,7 +1032,7 @@ class SealedPack:
         self._map.madvise(mmap.MADV_DONTNEED)
         return upto
 
-    def _ref_record_problems(self, checksum: bytes, off: int, length: int) -> list[str]:
+    def ref_record_problems(self, checksum: bytes, off: int, length: int) -> list[str]:
         try:
             decode_ref_update(checksum, self._data[off : off + length])
         except CorruptObject as e:
@@ -1025,68 +1043,7 @@ class SealedPack:
             ]
         return []
 
-    def _block_objects(
-        self, checksum: bytes, off: int, length: int, problems: list[str], sums: list[int]
-    ) -> Iterator[Checked]:
-        """The objects of the block record at ``off``, verified; a block that cannot be
-        read fails each object the index puts in it. Adds to ``sums`` the count and
-        the placement sum (``checked_objects``) of the objects that verify.
-
-        fsck runs this for every object of the store: one loop over the block's
-        entries, ``objects.verified`` and the placement inline."""
-        where = f"at offset {off - RECORD_HEAD.size}"
-        payload = self._data[off : off + length]
-        if blake3.blake3(payload).digest() != checksum:
-            problems.append(f"block {where} does not match its checksum")
-        try:
-            content = decompress_block(payload)
-        except ValueError as e:
-            problems.append(f"block {where} cannot be read ({e})")
-            yield from self._unreadable_block(off, str(e), set())
-            return
-        unpack, head = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size
-        size, pos = len(content), 0
-        hashed, kinds, place = blake3.blake3, _KIND_NAMES, self._placement_key().pack
-        count = total = 0
-        # What a context read believes without a walk (5.5) is checked here, every time.
-        claimed = block_claim(payload) & WITHIN_LIMITS
-        unclaimed: list[str] = []
-        while pos + head <= size:
-            raw, n = unpack(content, pos)
-            if pos + head + n > size:
-                break
-            pos += head
-            oid = raw.hex()
-            piece = content[pos : pos + n]
-            kind, _, body = piece.partition(b"\0")
-            name = kinds.get(kind)
-            if hashed(piece).digest() != raw:
-                yield oid, CorruptObject(oid, "its content does not hash to its id")
-            elif name is None:
-                text = kind.decode("ascii", "replace")
-                yield oid, CorruptObject(oid, f"unknown kind {text!r}")
-            else:
-                count += 1
-                total += hash(place(int.from_bytes(raw[:8]), off, pos, n))
-                if claimed and (name not in ("blob", "node") or not read_exactly(body)):
-                    unclaimed.append(oid)
-                yield oid, (name, body)
-            pos += n
-        sums[0] += count
-        sums[1] += total
-        if unclaimed:
-            problems.append(
-                f"block {where} claims that each of its objects reads exactly without a "
-                f"walk, but {len(unclaimed)} do not (first {unclaimed[0]}); a context read "
-                "believes the claim"
-            )
-        if pos < size:
-            why = f"a block entry is cut at {pos}"
-            problems.append(f"block {where} cannot be read ({why})")
-            read = {oid for oid, _, _ in iter_block(content[:pos])}
-            yield from self._unreadable_block(off, why, read)
-
-    def _unreadable_block(
+    def unreadable_block(
         self, off: int, why: str, read: set[str]
     ) -> Iterator[tuple[str, ObjectError]]:
         """A CorruptObject for each object the index puts in the block at ``off`` but
@@ -1102,6 +1059,9 @@ class SealedPack:
         object twice rather than miss one)."""
         for entry in self._entries():
             oid = entry[0].hex()
+            if entry[1] > self.size:  # named by index_part; no read may go there
+                yield oid, CorruptObject(oid, "its index entry points past the end of the pack")
+                continue
             try:
                 found = self.get(oid)
             except ObjectError as e:

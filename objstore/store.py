@@ -60,7 +60,7 @@ from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, node_body, parse_node
 from .object_store import ObjectStore, SweepResult
-from .packs import Checked
+from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
 from .refs import (
@@ -1236,12 +1236,15 @@ class Store:
         In a batch it is synced at the end, otherwise with the next append."""
         return self.objects.put(kind, body)
 
-    def checked_objects(self, problems: list[tuple[str, str]]) -> Iterator[Checked]:
-        """Every object, read in storage order and verified: ``(id, (kind, body))`` or
-        ``(id, the error)``; an object stored twice may come twice. Faults of the
-        packs' records go to ``problems`` as (pack file, what is wrong). For fsck:
-        it reads each block once and keeps one in memory."""
-        return self.objects.checked_objects(problems)
+    def sealed_packs(self) -> list[SealedPack]:
+        """The sealed packs, after a fresh look: for fsck, which reads them a block at a
+        time (fsck.py)."""
+        return self.objects.sealed_packs()
+
+    def unsealed_objects(self) -> Iterator[Checked]:
+        """Every object outside the sealed packs, verified: ``(id, (kind, body))`` or
+        ``(id, the error)``; an object stored twice may come twice."""
+        return self.objects.unsealed_objects()
 
     def object_ids(self) -> list[str]:
         """Every object id in the store, sorted, each once."""

@@ -1,0 +1,240 @@
+"""fsck reads a store in parts, side by side in worker processes: it must list exactly
+the problems a read of one object after another lists, whichever way it runs.
+
+One multi-pack store gets one of each kind of damage: an object whose content does
+not hash to its id, blobs a read refuses (bad JSON, nested too deep), an object of
+an unknown kind, nodes that do not parse, links to missing objects and to objects
+of the wrong kind, a span that does not match its chain, a block whose frame is
+damaged, an index entry pointing past its pack, and a ref naming a missing node.
+The problems expected here are those the fsck that read one object after another
+listed for this store (it listed the same 360, one by one, but for the index
+entry past the end, on which it stopped with a traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import blake3
+import pytest
+
+from objstore import Store, canonical, check_store
+from objstore.limits import check_json_text
+from objstore.nodes import Span, node_body
+from objstore.packs import encode_block_pack
+
+
+def _id(kind: str, body: bytes) -> str:
+    return blake3.blake3(kind.encode() + b"\0" + body).hexdigest()
+
+
+def _blob(value: object) -> tuple[str, bytes]:
+    body = canonical.dumps(value)
+    return _id("blob", body), b"blob\0" + body
+
+
+def _node(body: bytes) -> tuple[str, bytes]:
+    return _id("node", body), b"node\0" + body
+
+
+def _write_pack(store: Path, contents: list[tuple[str, bytes]]) -> Path:
+    pack, index = encode_block_pack(contents)
+    name = store / "objects" / "pack" / f"pack-{secrets.token_hex(16)}"
+    name.with_suffix(".idx").write_bytes(index)
+    name.with_suffix(".pack").write_bytes(pack)
+    return name.with_suffix(".pack")
+
+
+def _damaged_store(path: Path, index_past_end: bool = True) -> dict[str, object]:
+    """The store, and what the test needs to know of it."""
+    with Store.open(path) as s, s.batch():
+        a = s.new_session(title="a")
+        for i in range(40):  # spans at 16 and 32
+            s.append(a, {"role": "user", "content": f"a {i} " + "x" * 300})
+    with Store.open(path) as s, s.batch():
+        b = s.new_session(title="b")
+        for i in range(300):
+            s.append(b, {"role": "assistant", "content": f"b {i} " + os.urandom(200).hex()})
+        s.tag("mark", b)
+    with Store.open(path) as s:
+        real = list(s.log(a))[3].node  # a message node deep in a's chain
+        real_node, message_of_real = real.id, real.content
+        sealed = sorted(s.objects.sealed_packs(), key=lambda p: p.path.stat().st_mtime)
+        assert len(sealed) == 2
+        first_pack, second_pack = sealed[0].path, sealed[1].path
+    missing = "ab" * 32
+    ok_blob, ok_blob_content = _blob({"role": "user", "content": "fine"})
+    tampered = _blob({"role": "user", "content": "before"})[0], b'blob\0{"content":"after"}'
+    bad_json = _id("blob", b"{not json"), b"blob\0{not json"
+    deep_body = b"[" * 101 + b"]" * 101
+    too_deep = _id("blob", deep_body), b"blob\0" + deep_body
+    odd_kind = _id("thing", b"x"), b"thing\0x"
+    file_body = os.urandom(64)
+    a_file = _id("file", file_body), b"file\0" + file_body
+    orphan = _node(node_body("message", missing, ok_blob, None, 1, {}))
+    wrong_kind = _node(node_body("message", None, real_node, None, 1, {}))
+    not_a_node = _node(b'{"type":"message"}')
+    files_node = _node(
+        canonical.dumps(
+            {
+                "type": "message",
+                "parent": None,
+                "state": None,
+                "messages": 1,
+                "meta": {},
+                "message": ok_blob,
+                "files": {"a.txt": {"after": a_file[0]}, "b.txt": {"before": missing}},
+            }
+        )
+    )
+    bad_span = _node(
+        node_body(
+            "message", real_node, ok_blob, None, 5, {}, span=Span(None, (ok_blob, message_of_real))
+        )
+    )
+    contents = [
+        (ok_blob, ok_blob_content), tampered, bad_json, too_deep, odd_kind, a_file,
+        orphan, wrong_kind, not_a_node, files_node, bad_span,
+    ]  # fmt: skip
+    third = _write_pack(path, contents)
+    # A damaged frame: one byte flipped in the middle of the second pack's first block.
+    data = bytearray(second_pack.read_bytes())
+    data[200] ^= 0x55
+    second_pack.write_bytes(bytes(data))
+    if index_past_end:  # the first pack's last index entry points past its end
+        idx = first_pack.with_suffix(".idx")
+        raw = bytearray(idx.read_bytes())
+        last = len(raw) - 32 - 48
+        raw[last + 32 : last + 40] = (1 << 40).to_bytes(8, "little")
+        raw[-32:] = blake3.blake3(bytes(raw[:-32])).digest()
+        idx.write_bytes(bytes(raw))
+    (path / "refs" / "tags" / "mark").write_text(json.dumps({"generation": 1, "target": missing}))
+    return {
+        "missing": missing,
+        "tampered": tampered[0],
+        "bad_json": bad_json[0],
+        "too_deep": too_deep[0],
+        "odd_kind": odd_kind[0],
+        "orphan": orphan[0],
+        "wrong_kind": wrong_kind[0],
+        "not_a_node": not_a_node[0],
+        "files_node": files_node[0],
+        "bad_span": bad_span[0],
+        "first": first_pack.name,
+        "second": second_pack.name,
+        "third": third.name,
+    }
+
+
+def _expected(known: dict[str, object]) -> set[str]:
+    k = known
+    try:
+        check_json_text(b"{not json")
+    except ValueError as e:
+        json_error = str(e)
+    return {
+        f"{k['tampered']}: is corrupt: its content does not hash to its id",
+        f"{k['bad_json']}: is not a blob ags can read: {json_error}",
+        f"{k['too_deep']}: is not a blob ags can read: nested deeper than 100 levels, the limit",
+        f"{k['odd_kind']}: is corrupt: unknown kind 'thing'",
+        f"{k['orphan']}: parent names missing {k['missing']}",
+        f"{k['wrong_kind']}: message names a node, not a blob",
+        f"{k['not_a_node']}: is corrupt: not a valid node ('message')",
+        f'{k["files_node"]}: files["b.txt"].before names missing {k["missing"]}',
+        f"{k['bad_span']}: span does not match the messages before it",
+        f"tags/mark: names missing node {k['missing']}",
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_fsck_lists_the_same_problems_read_in_parts_or_whole(tmp_path: Path, workers: int) -> None:
+    path = tmp_path / "store"
+    known = _damaged_store(path)
+    with Store.open(path) as s:
+        report = check_store(s, workers=workers)
+    listed = [str(p) for p in report.problems]
+    assert len(listed) == len(set(listed))
+    expected = _expected(known)
+    assert expected <= set(listed), sorted(expected - set(listed))
+    rest = sorted(set(listed) - expected)
+    second, first = known["second"], known["first"]
+    # The damaged frame: named, and every object the index puts in its block.
+    assert f"{second}: block at offset 8 does not match its checksum" in rest
+    assert any(p.startswith(f"{second}: block at offset 8 cannot be read (zstd") for p in rest)
+    lost = [p for p in rest if "is corrupt: its block at offset 45 cannot be read (zstd" in p]
+    assert len(lost) > 10
+    # The index entry past the end: named, and the pack read again through its index.
+    assert any(p.startswith(f"{first}: index entry ") and "points past the end" in p for p in rest)
+    others = [p for p in rest if not p.startswith((f"{second}:", f"{first}:")) and p not in lost]
+    # What the lost block held is missing for the nodes that link to it.
+    assert all("names missing" in p or "is corrupt" in p or "span" in p for p in others), others
+
+
+def test_fsck_in_parts_and_whole_list_exactly_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    _damaged_store(path)
+    with Store.open(path) as s:
+        one = [str(p) for p in check_store(s, workers=1).problems]
+        two = [str(p) for p in check_store(s, workers=2).problems]
+        three = [str(p) for p in check_store(s, workers=3).problems]
+    assert one == two == three
+    assert len(one) > 20
+
+
+def test_ctrl_c_stops_fsck_and_its_workers(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path) as s, s.batch():
+        for n in range(30):
+            sid = s.new_session(title=f"s{n}")
+            for i in range(400):
+                s.append(sid, {"role": "user", "content": f"{n} {i} " + os.urandom(300).hex()})
+    code = (
+        "import sys\n"
+        "from objstore import Store, check_store\n"
+        "from objstore import fsck_read\n"
+        "fsck_read.PART_BYTES = 1 << 16\n"
+        "with Store.open(sys.argv[1]) as s:\n"
+        "    print('started', flush=True)\n"
+        "    while True:\n"
+        "        check_store(s, workers=2)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"
+    time.sleep(1.5)
+    children = _children(proc.pid)
+    assert children, "no worker processes"
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: to the whole process group
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert err.rstrip().endswith(b"KeyboardInterrupt"), err  # raised where fsck was called
+    assert b"PoolWorker" not in err  # the workers print nothing of their own
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
