@@ -60,7 +60,7 @@ from .layout import (
 )
 from .storage import Cell, RemoteStorage
 
-PACK_CONTENT_BYTES: Final = 64 * 1024 * 1024
+PACK_CONTENT_BYTES: Final = 32 * 1024 * 1024
 """Uncompressed object bytes per pack sent: one PUT, whose compressed bytes (about a
 third) and index entries are held in memory while it is built."""
 PARALLEL: Final = 16  # requests in flight for ref cells
