@@ -316,28 +316,18 @@ class SearchIndex:
         elif role is not None:
             where += ["b.role = ?", "n.summary = 0"]
             args.append(role)
-        blobs = "JOIN blobs b ON b.id = texts.rowid" if role not in (None, SUMMARY_ROLE) else ""
-        order = "time DESC, depth DESC, updated DESC, sid"
-        # The hits are sorted before the LIMIT, so anything the first query selects is
-        # computed for every match: it takes only the sort keys, and the second one
-        # makes snippets (which read and decompress the text) for the few hits kept,
-        # each found by rowid in the full-text index rather than by a second MATCH.
         sql = f"""
-            WITH top AS MATERIALIZED (
-                SELECT s.sid, n.oid, n.blob, n.time, n.depth, n.summary, s.updated
-                FROM texts {blobs}
-                JOIN nodes n ON n.blob = texts.rowid
-                JOIN reach r ON r.seg = n.seg AND n.depth <= r.upto
-                JOIN sessions s ON s.id = r.session
-                WHERE {" AND ".join(where)}
-                ORDER BY {order}
-                LIMIT ?)
-            SELECT top.sid, top.oid, b.role,
-                   snippet(texts, 0, ?, ?, '…', {SNIPPET_TOKENS}), top.time, top.summary
-            FROM top CROSS JOIN texts CROSS JOIN blobs b ON b.id = top.blob
-            WHERE texts MATCH ? AND texts.rowid = top.blob
-            ORDER BY {order}"""
-        params = (*args, limit, _OPEN, _CLOSE, match)
+            SELECT s.sid, n.oid, b.role, snippet(texts, 0, ?, ?, '…', {SNIPPET_TOKENS}),
+                   n.time, n.summary
+            FROM texts
+            JOIN blobs b ON b.id = texts.rowid
+            JOIN nodes n ON n.blob = b.id
+            JOIN reach r ON r.seg = n.seg AND n.depth <= r.upto
+            JOIN sessions s ON s.id = r.session
+            WHERE {" AND ".join(where)}
+            ORDER BY n.time DESC, n.depth DESC, s.updated DESC, s.sid
+            LIMIT ?"""
+        params = (_OPEN, _CLOSE, *args, limit)
 
         def run() -> list[SearchHit]:
             if refresh:

@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -176,32 +176,6 @@ def test_hits_are_newest_first(store: Store, index: SearchIndex) -> None:
     nodes = [store.append(sid, user(f"swallow number {i}")) for i in range(5)]
     assert [h.node for h in index.search("swallow")] == nodes[::-1]
     assert [h.node for h in index.search("swallow", limit=2)] == nodes[:2:-1]
-
-
-def test_a_search_reads_the_text_of_only_the_hits_it_returns(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A snippet decompresses its message's text: made for every match before the
-    LIMIT, a common word would read the text of the whole store. (Indexed one by one,
-    the newest message has the highest rowid: the matches come oldest first, and
-    each one so far is among the newest three.)"""
-    reads = []
-    unzstd = search_module._text_decompressor
-
-    def counting() -> Callable[[bytes], str]:
-        inner = unzstd()
-        return lambda data: reads.append(1) or inner(data)
-
-    monkeypatch.setattr(search_module, "_text_decompressor", counting)
-    sid = store.new_session()
-    with SearchIndex.open(store) as index:
-        for i in range(40):
-            store.append(sid, user(f"heron sighting {i}"))
-            index.refresh()
-        reads.clear()
-        hits = index.search("heron", limit=3)
-    assert [h.marked() for h in hits] == [f"[heron] sighting {i}" for i in (39, 38, 37)]
-    assert len(reads) == 3
 
 
 # -- forks, rewinds, deletes, archives -------------------------------------------------
