@@ -92,3 +92,16 @@ def server():  # type: ignore[no-untyped-def]
     """A scripted model server on 127.0.0.1 (tests/model_server.py)."""
     with FakeModelServer() as s:
         yield s
+
+
+def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every ``os.pread`` from now on (what a reader reads of a pack)."""
+    calls: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, off: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", pread)
+    return calls

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import count_preads
 
 from objstore import Store
 from objstore.live_index import BODY_HEAD, ENTRY_HEAD, LIVE_MAGIC, encode_entry, parse
@@ -73,14 +74,7 @@ def test_a_reader_reads_only_the_tail_and_what_it_takes(
         for i in range(APPENDS):
             writer.append(sid, user(f"m{i} " + "x" * 500))
         size = live_pack(path).stat().st_size
-        read: list[int] = []
-        real = os.pread
-
-        def pread(fd: int, n: int, off: int) -> bytes:
-            read.append(n)
-            return real(fd, n, off)
-
-        monkeypatch.setattr(os, "pread", pread)
+        read = count_preads(monkeypatch)
         with Store.open(path) as reader:
             opened = sum(read)
             assert reader.session(sid).head is not None

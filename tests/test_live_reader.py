@@ -4,28 +4,16 @@ sees the newest journaled head and only objects that verify."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from conftest import count_preads
 
 from objstore import CorruptObject, Store
 
 
 def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
-
-
-def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    calls: list[int] = []
-    real = os.pread
-
-    def pread(fd: int, n: int, off: int) -> bytes:
-        calls.append(n)
-        return real(fd, n, off)
-
-    monkeypatch.setattr(os, "pread", pread)
-    return calls
 
 
 def test_a_context_beside_a_live_writer_reads_its_pack_once(

@@ -58,6 +58,19 @@ def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = Fa
         return result, storage.stats.requests
 
 
+def one_session_in_two_stores(
+    tmp_path: Path, location: RemoteLocation, title: str = "t"
+) -> tuple[Store, Store, str]:
+    """Stores ``a`` and ``b`` with ``location`` as origin, and a session of 3 messages
+    made in ``a``, pushed, and pulled into ``b``."""
+    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
+    sid = session_with(a, 3, title)
+    do_push(a, location, f"sessions/{sid}")
+    with open_storage(location) as storage:
+        pull(b, storage, "origin")
+    return a, b, sid
+
+
 def ags(store: Path, *args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, ["--store", str(store), *args], catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
@@ -601,11 +614,7 @@ def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
     tmp_path: Path,
 ) -> None:
     remote, location = directory_remote(tmp_path)
-    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
-    sid = session_with(a, 3)
-    do_push(a, location, f"sessions/{sid}")
-    with open_storage(location) as storage:
-        pull(b, storage, "origin")
+    a, b, sid = one_session_in_two_stores(tmp_path, location)
     b.append(sid, {"role": "user", "content": "b's work"})
     do_push(b, location, f"sessions/{sid}")
     a.close()
@@ -627,11 +636,7 @@ def test_push_delete_of_work_this_store_has_not_seen_is_refused_unless_forced(
 def test_pull_brings_a_title_and_an_archive_set_on_the_remote_with_no_new_message(
     tmp_path: Path, location: RemoteLocation
 ) -> None:
-    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
-    sid = session_with(a, 3, "first title")
-    do_push(a, location, f"sessions/{sid}")
-    with open_storage(location) as storage:
-        pull(b, storage, "origin")
+    a, b, sid = one_session_in_two_stores(tmp_path, location, "first title")
     a.set_title(sid, "renamed")
     a.archive(sid)
     result, _ = do_push(a, location, f"sessions/{sid}")
@@ -653,11 +658,7 @@ def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_
     tmp_path: Path,
 ) -> None:
     remote, location = directory_remote(tmp_path)
-    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
-    sid = session_with(a, 3, "first title")
-    do_push(a, location, f"sessions/{sid}")
-    with open_storage(location) as storage:
-        pull(b, storage, "origin")
+    a, b, sid = one_session_in_two_stores(tmp_path, location, "first title")
     b.set_title(sid, "b's title")  # only here: a pull keeps it, silently
     with open_storage(location) as storage:
         _, pulled = pull(b, storage, "origin")
@@ -682,11 +683,7 @@ def test_metadata_changed_on_both_sides_keeps_yours_names_it_and_a_push_settles_
 def test_a_push_of_metadata_over_metadata_changed_on_the_remote_is_rejected_until_a_pull(
     tmp_path: Path, location: RemoteLocation
 ) -> None:
-    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
-    sid = session_with(a, 3, "first title")
-    do_push(a, location, f"sessions/{sid}")
-    with open_storage(location) as storage:
-        pull(b, storage, "origin")
+    a, b, sid = one_session_in_two_stores(tmp_path, location, "first title")
     a.set_title(sid, "a's title")
     do_push(a, location, f"sessions/{sid}")
     b.set_title(sid, "b's title")  # b has not seen a's title
@@ -714,11 +711,7 @@ def test_a_title_pushed_elsewhere_while_a_push_of_metadata_runs_is_not_overwritt
     from objstore.remote.directory import DirectoryStorage
 
     remote, location = directory_remote(tmp_path)
-    a, b = new_store(tmp_path / "a", location), new_store(tmp_path / "b", location)
-    sid = session_with(a, 3, "first title")
-    do_push(a, location, f"sessions/{sid}")
-    with open_storage(location) as storage:
-        pull(b, storage, "origin")
+    a, b, sid = one_session_in_two_stores(tmp_path, location, "first title")
     a.set_title(sid, "a's title")
     b.set_title(sid, "b's title")
 
