@@ -89,7 +89,8 @@ def remove_containers(project: Path) -> None:
         client.close()
 
 
-def wait_for(predicate, timeout: float = 30.0) -> None:
+def wait_for(predicate, timeout: float = 90.0) -> None:
+    # generous: under load a run's sandbox start alone has taken more than 30 s
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
