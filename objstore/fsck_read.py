@@ -19,6 +19,7 @@ needs two ids sharing them, and it only hides a report. What a part sends back
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import os
 import signal
 import struct
@@ -441,15 +442,30 @@ def read_parts(
         if workers <= 1 or threading.active_count() > 1:
             yield from map(read_part, parts)
             return
-        with multiprocessing.get_context("fork").Pool(workers, _ignore_interrupts) as pool:
+        with _pool(workers) as pool:
             yield from pool.imap(read_part, parts)
     finally:
         _PACKS, _WANTED = [], frozenset()
 
 
+def _pool(workers: int) -> multiprocessing.pool.Pool:
+    """A pool of forked workers, built with Ctrl-C held back. A KeyboardInterrupt
+    inside ``Pool()``, after its threads start but before it can be terminated,
+    leaves a thread that forks new workers while the interpreter exits and waits
+    for them: the process hangs. Held back, the Ctrl-C lands once the pool exists,
+    in the ``with`` that stops it. The pool's threads, and the workers they fork,
+    start with it held back too (a thread inherits the mask of its creator)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return multiprocessing.get_context("fork").Pool(workers, _ignore_interrupts)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _ignore_interrupts() -> None:
     """A worker leaves Ctrl-C to the process that started it, which stops the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def nodes_of_part(pack: SealedPack, first: int, stop: int) -> Iterator[Node]:

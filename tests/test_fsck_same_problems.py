@@ -226,6 +226,48 @@ def test_ctrl_c_stops_fsck_and_its_workers(tmp_path: Path) -> None:
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)
 
 
+def test_a_ctrl_c_while_the_pool_starts_stops_fsck(tmp_path: Path) -> None:
+    """The Ctrl-C lands inside ``Pool()``, just before the pool can be stopped:
+    without it held back there, the exiting interpreter waits forever on workers
+    that the pool's thread keeps forking (it hung once in CI)."""
+    path = tmp_path / "store"
+    with Store.open(path) as s, s.batch():
+        for n in range(4):
+            sid = s.new_session(title=f"s{n}")
+            for i in range(200):
+                s.append(sid, {"role": "user", "content": f"{n} {i} " + os.urandom(300).hex()})
+    code = (
+        "import os, signal, sys\n"
+        "import multiprocessing.pool as mp_pool\n"
+        "from objstore import Store, check_store\n"
+        "from objstore import fsck_read\n"
+        "fsck_read.PART_BYTES = 1 << 16\n"
+        "real = mp_pool.util.Finalize\n"
+        "def finalize(obj, callback, *args, **kwargs):\n"
+        "    if getattr(callback, '__name__', '') == '_terminate_pool':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(obj, callback, *args, **kwargs)\n"
+        "mp_pool.util.Finalize = finalize\n"
+        "with Store.open(sys.argv[1]) as s:\n"
+        "    check_store(s, workers=2)\n"
+        "print('fsck ended', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert out == b""
+    assert err.rstrip().endswith(b"KeyboardInterrupt"), err
+    assert b"PoolWorker" not in err
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
