@@ -781,7 +781,7 @@ class Store:
         # One reader for the walk and the messages: the blocks the walk decoded
         # hold the messages too, and are decoded once.
         reader = BlockReader(self.objects)
-        blob_ids = context_blobs(node_id, partial(_read_node, reader))
+        blob_ids = context_blobs(node_id, reader.node)
         try:
             return reader.blob_values(blob_ids)
         except ValueError:  # read each again, to name the blob that is not JSON
