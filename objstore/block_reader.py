@@ -32,6 +32,7 @@ it for the life of a store handle.
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final
 
@@ -45,7 +46,6 @@ from .pack_format import (
     BLOCK_ENTRY_HEAD,
     WITHIN_LIMITS,
     block_members,
-    entries_among,
     iter_block,
 )
 
@@ -174,12 +174,8 @@ class BlockReader:
                 self._failed.add(key)
                 return
             content, flags = checked
-        try:
-            entries = entries_among(content, fill.todo)
-        except ValueError:
+        if not fill.take(content, claimed=bool(flags & WITHIN_LIMITS)):
             self._failed.add(key)
-            return
-        fill.take(content, entries, claimed=bool(flags & WITHIN_LIMITS))
 
     def blob_bodies(self, oids: list[str]) -> list[bytes]:
         """The body of each blob, in order (CorruptObject for an object of another kind)."""
@@ -290,14 +286,15 @@ class _Fill:
     def __init__(self, oids: list[str]) -> None:
         self._slots: list[Any] = [None] * len(oids)
         self._to_walk: list[int] = []  # places holding a body still to walk and parse
-        self.todo: dict[str, int] = {}  # id -> its first place, for each blob still to read
+        # id -> its first place, for each blob still to read (the last write wins)
+        places = range(len(oids) - 1, -1, -1)
+        self.todo: dict[str, int] = dict(zip(reversed(oids), places, strict=True))
         self._again: dict[str, list[int]] = {}  # id -> its later places
-        todo = self.todo
-        for i, oid in enumerate(oids):
-            if oid in todo:
-                self._again.setdefault(oid, []).append(i)
-            else:
-                todo[oid] = i
+        if len(self.todo) < len(oids):
+            todo = self.todo
+            for i, oid in enumerate(oids):
+                if todo[oid] != i:
+                    self._again.setdefault(oid, []).append(i)
 
     def put(self, oid: str, body: bytes, *, claimed: bool) -> None:
         """Fill the places of ``oid`` (if still to read) from its body."""
@@ -311,22 +308,43 @@ class _Fill:
                 self._slots[at] = body
                 self._to_walk.append(at)
 
-    def take(self, content: bytes, entries: list[tuple[str, int, int]], *, claimed: bool) -> None:
-        """Fill the places of each blob among ``entries`` (``entries_among`` of
-        ``content``); an object of another kind is left to be read alone."""
+    def take(self, content: bytes, *, claimed: bool) -> bool:
+        """Fill the places of each blob still to read that a block's content holds (an
+        object of another kind is left to be read alone). False, with nothing of it
+        taken, if the content does not divide into whole entries (FORMAT.md 5.5).
+
+        One pass over the entries, kept tight: it is most of what a long context
+        costs beside orjson and zstd."""
         todo, slots, loads, again = self.todo, self._slots, orjson.loads, self._again
-        for oid, at, length in entries:
-            if not content.startswith(b"blob\0", at):
-                continue
-            i = todo.pop(oid, None)
-            if i is None:
-                continue  # the block holds it twice
-            body = content[at + 5 : at + length]
-            if claimed and oid not in again:
-                slots[i] = loads(body)
-            else:
+        unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, _HEAD, len(content)
+        taken: list[tuple[str, int, list[int]]] = []  # id, first place, later places
+        pos = 0
+        try:
+            while pos < size:
+                raw, length = unpack(content, pos)
+                pos += head
+                oid = raw.hex()
+                if oid in todo and content.startswith(b"blob\0", pos):
+                    i = todo.pop(oid)
+                    taken.append((oid, i, again.get(oid, [])))
+                    body = content[pos + 5 : pos + length]
+                    if claimed and oid not in again:
+                        slots[i] = loads(body)
+                    else:
+                        todo[oid] = i
+                        self.put(oid, body, claimed=claimed)
+                pos += length
+        except struct.error:
+            pos = -1
+        if pos != size:  # cut short, or the last entry runs past the end: read each
+            for oid, i, later in taken:  # alone, verified, as of a block that fails
                 todo[oid] = i
-                self.put(oid, body, claimed=claimed)
+                if later:
+                    again[oid] = later
+            undone = {place for _, i, later in taken for place in (i, *later)}
+            self._to_walk = [place for place in self._to_walk if place not in undone]
+            return False
+        return True
 
     def values(self) -> list[Any]:
         """Every place's value, once every place is filled."""

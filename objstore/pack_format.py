@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -212,28 +212,6 @@ def block_members(
     if pos != size:
         raise ValueError("the last block entry runs past the end of the block")
     return members
-
-
-def entries_among(content: bytes, wanted: Container[str]) -> list[tuple[str, int, int]]:
-    """``(id, offset, length)`` of each object of a block's content whose id is in
-    ``wanted``, in block order, with the checks of ``iter_block``: what a context read
-    takes from a block it decodes, and nothing of the rest (no slice, no dict entry)."""
-    unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
-    found: list[tuple[str, int, int]] = []
-    pos = 0
-    try:
-        while pos < size:
-            raw, length = unpack(content, pos)
-            pos += head
-            oid = raw.hex()
-            if oid in wanted:
-                found.append((oid, pos, length))
-            pos += length
-    except struct.error:
-        raise ValueError(f"a block entry is cut at {pos}") from None
-    if pos != size:
-        raise ValueError("the last block entry runs past the end of the block")
-    return found
 
 
 def block_entries(content: bytes) -> list[tuple[str, int, int]]:

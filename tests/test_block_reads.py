@@ -18,6 +18,7 @@ import blake3
 import pytest
 from conftest import store_with_damaged_message
 
+import objstore.packs
 import objstore.store
 import objstore.walk
 from objstore import CorruptObject, DamagedPack, InvalidName, ObjectError, Store, block_reader
@@ -452,3 +453,33 @@ def test_a_damaged_block_in_a_long_context_gives_the_error_its_first_message_giv
         with pytest.raises(CorruptObject) as read:
             s.context(sid)
     assert str(read.value) == str(alone.value) and first in str(read.value)
+
+
+@pytest.mark.parametrize("cut", [1, 2000, -5])
+def test_a_block_that_does_not_divide_into_entries_is_read_object_by_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    """Content that passed its checksum but does not divide into whole entries (cut
+    short, or with bytes after its last entry: only a wrong writer makes it) gives a
+    context read nothing: each of its messages, repeated ones too, is read alone and
+    verified, and the context is the one written."""
+    again = {"role": "user", "content": "go on"}
+    history = [again, BIG, *messages(40), again, BIG, again]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in history:
+            s.append(sid, message)
+    checked_block = objstore.packs.SealedPack.checked_block
+
+    def undivided(self: objstore.packs.SealedPack, off: int) -> tuple[bytes, int] | None:
+        checked = checked_block(self, off)
+        if checked is None or b"blob\0" not in checked[0]:
+            return checked
+        content, flags = checked
+        return (content[:-cut] if cut > 0 else content + b"\0" * -cut), flags
+
+    monkeypatch.setattr(objstore.packs.SealedPack, "checked_block", undivided)
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context == history
+    assert type(context[1]["values"][0]) is int and context[1] is not context[43]
