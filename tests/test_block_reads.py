@@ -483,3 +483,19 @@ def test_a_block_that_does_not_divide_into_entries_is_read_object_by_object(
         context = s.context(sid)
     assert context == history
     assert type(context[1]["values"][0]) is int and context[1] is not context[43]
+
+
+def test_a_message_link_to_a_node_is_named_by_a_context_read(tmp_path: Path) -> None:
+    """A node whose message is a node, not a blob, in a block the read decodes for the
+    messages around it: the read names it, as a read of it alone would."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in messages(40):
+            s.append(sid, message)
+        head = s.node_id(sid)
+        other = s.node_id(f"{sid}~3")
+        node = json.loads(s.raw_object(head)[1])
+        s.tag("odd", s.put_raw("node", dumps(dict(node, message=other))))
+    with Store.open(path) as s, pytest.raises(CorruptObject, match=f"{other}.*expected a blob"):
+        s.context("tags/odd")
