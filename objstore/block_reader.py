@@ -148,10 +148,11 @@ class BlockReader:
         fill = _Fill(oids)
         for oid, body in self._live_blobs(oids).items():  # verified, claimed by no block
             fill.put(oid, body, claimed=False)
-        for oid in [oid for oid in self._exact_blobs.keys() & fill.todo]:
-            fill.put(oid, self._exact_blobs[oid], claimed=True)  # listed by the walk
-        for oid in [oid for oid in self._blobs.keys() & fill.todo]:
-            fill.put(oid, self._blobs[oid], claimed=False)
+        if self._exact_blobs or self._blobs:  # blocks the walk listed also hold blobs
+            for oid in self._exact_blobs.keys() & fill.todo.keys():
+                fill.put(oid, self._exact_blobs[oid], claimed=True)
+            for oid in self._blobs.keys() & fill.todo.keys():
+                fill.put(oid, self._blobs[oid], claimed=False)
         todo = fill.todo
         for oid in oids:
             if oid in todo:
