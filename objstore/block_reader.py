@@ -1,14 +1,13 @@
 """Reading many objects at once: what a context, a walk or an export needs.
 
-A ``BlockReader`` decodes each block it meets once, checks it whole by its
-checksum (FORMAT.md 5.5), and keeps it for as long as the reader lives. The
+A ``BlockReader`` decodes each block it meets once and checks it whole by its
+checksum (FORMAT.md 5.5). Read one at a time (``get``, ``node``: a walk, an
+export), objects come from blocks the reader keeps for as long as it lives. The
 first object it takes from a block (LIST_AFTER) is found by the pack index
 and checked against the entry head the block holds before it; after that the
 reader lists the whole block by the ids the block itself holds, so
 every further object of it costs one dictionary lookup: no index search, no
-decompression, no hash of its own. (A context mostly reads whole blocks; the
-messages a compaction kept, or an old message that a later one repeats, sit
-in older blocks, which are then not listed.)
+decompression, no hash of its own.
 
 The messages of a context (``blob_values``) are taken a block at a time: the
 block the index names for the first message still to read is decoded and
@@ -62,16 +61,16 @@ if TYPE_CHECKING:
 _KINDS: Final = {b"blob": "blob", b"node": "node", b"file": "file"}
 _HEAD: Final = BLOCK_ENTRY_HEAD.size
 LIST_AFTER: Final = 1
-"""Objects a reader takes from a block through the index before it lists the block
-whole. A lookup through the index searches every pack's (about 10 us), so a long
-context, which takes all of most blocks, lists a block at its second object: 8
-cost a 3,000-message resume about 3 ms more, for 1 ms saved by a short context
-after a compaction, which takes a few objects from each of a few old blocks."""
+"""Objects a reader takes from a block through the index (``get``, ``node``) before it
+lists the block whole. A lookup through the index searches every pack's (about
+10 us), so a long walk, which takes all of most blocks, lists a block at its second
+object; a short one after a compaction takes a few objects from each of a few old
+blocks. (A context's messages are taken a block at a time: ``blob_values``.)"""
 _LISTED: Final = -1
 MAX_BLOCKS: Final = 256
-"""Decoded blocks one reader keeps (about 32 MiB): a context of about 20,000
-messages, far beyond what a model takes, is read with each block decoded once;
-a longer one decodes some twice rather than hold them all."""
+"""Decoded blocks one reader keeps (about 32 MiB) for ``get`` and ``node``: a walk, or
+an export, of about 20,000 objects is read with each block decoded once; a longer
+one decodes some twice rather than hold them all."""
 
 
 class BlockReader:
