@@ -122,6 +122,16 @@ def parse_node(oid: str, body: bytes) -> Node:
     """Decode a node body; raise CorruptObject if it is not a well-formed node."""
     try:
         d = canonical.loads(body)
+    except (ValueError, InvalidInput) as e:
+        raise CorruptObject(oid, f"not a valid node ({e})") from None
+    return node_from_value(oid, d)
+
+
+def node_from_value(oid: str, d: Any) -> Node:
+    """The node whose body parses to ``d`` (``parse_node`` after the parse: a reader that
+    parsed the body itself, as a context read does for a block that claims it may,
+    FORMAT.md 5.5); CorruptObject if it is not a well-formed node."""
+    try:
         kind = d["type"]
         span = None
         if kind == "message":

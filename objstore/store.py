@@ -778,10 +778,11 @@ class Store:
         node_id = self.target(spec).node
         if node_id is None:
             return []
-        # One reader for the walk and the messages: the blocks the walk decoded
-        # hold the messages too, and are decoded once.
+        # One reader for the walk and the messages: where blocks mix nodes and
+        # messages (stores written before the groups of FORMAT.md 5.5), the blocks
+        # the walk decoded give their messages too, and are decoded once.
         reader = BlockReader(self.objects)
-        blob_ids = context_blobs(node_id, partial(_read_node, reader))
+        blob_ids = context_blobs(node_id, reader.node)
         try:
             return reader.blob_values(blob_ids)
         except ValueError:  # read each again, to name the blob that is not JSON

@@ -18,7 +18,9 @@ import blake3
 import pytest
 from conftest import store_with_damaged_message
 
+import objstore.packs
 import objstore.store
+import objstore.walk
 from objstore import CorruptObject, DamagedPack, InvalidName, ObjectError, Store, block_reader
 from objstore.canonical import dumps
 from objstore.fsck import check_store
@@ -391,3 +393,109 @@ def test_a_pack_from_elsewhere_whose_block_claims_falsely_is_refused() -> None:
     data[8 + RECORD_HEAD.size :] = claimed
     with pytest.raises(DamagedPack, match="claims that each of its objects reads exactly"):
         verified_block_pack(bytes(data), index, "sent")
+
+
+def test_a_message_a_context_holds_twice_comes_back_as_two_values(tmp_path: Path) -> None:
+    """A context read takes every blob a block holds when it decodes it, and lets the
+    block go: a message repeated in blocks apart, claimed or walked, still gives each
+    of its places a value of its own, equal to what was written."""
+    long = [{"role": "user", "content": f"{i} " + "x" * 2000} for i in range(150)]
+    again = {"role": "user", "content": "go on"}
+    history = [*long[:10], again, *long[10:100], again, BIG, *long[100:], BIG, again]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in history:
+            s.append(sid, message)
+    assert len(blocks_of(only_pack(tmp_path / "s"))) >= 4  # the repeats sit blocks apart
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context == history
+    places = [i for i, m in enumerate(history) if m == again]
+    assert len({id(context[i]) for i in places}) == len(places)
+    assert context[102] is not context[-2] and type(context[-2]["values"][0]) is int
+
+
+def test_a_context_read_parses_claimed_nodes_as_one_read_of_each_does(tmp_path: Path) -> None:
+    """The span nodes a context read walks are parsed by orjson alone where their block
+    claims WITHIN_LIMITS (FORMAT.md 5.5), and give the nodes ``Store.node`` gives."""
+    sid = sealed_session(tmp_path / "s", 300)
+    with Store.open(tmp_path / "s") as s:
+        reader = block_reader.BlockReader(s.objects)
+        walked = list(objstore.walk.walk(s.node_id(sid), reader.node, spans=True))
+        assert len([n for n in walked if n.span is not None]) == 300 // 32
+        assert walked == [s.node(n.id) for n in walked]
+
+
+def test_a_damaged_block_in_a_long_context_gives_the_error_its_first_message_gives(
+    tmp_path: Path,
+) -> None:
+    """A block of messages that fails its checksum is read object by object, each
+    verified: the context read fails with the error that reading the first of its
+    messages alone gives, as it did when the reader kept the blocks it decoded."""
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for i in range(200):
+            s.append(sid, {"role": "user", "content": f"{i} " + "x" * 2000})
+    pack = only_pack(tmp_path / "s")
+    blob_records = [(start, content) for start, _, content in blocks_of(pack)
+                    if kinds_in(content) == {b"blob"}]  # fmt: skip
+    assert len(blob_records) >= 3
+    start, content = blob_records[1]
+    in_block = {oid for oid, _, _ in iter_block(content)}
+    data = bytearray(pack.read_bytes())
+    data[start + RECORD_HEAD.size + 200] ^= 0x01  # inside the zstd frame
+    pack.write_bytes(data)
+    with Store.open(tmp_path / "s") as s:
+        blobs = [n.content for n in reversed(list(s.walk(sid)))]
+        first = next(oid for oid in blobs if oid in in_block)
+        with pytest.raises(CorruptObject) as alone:
+            s.blob(first)
+        with pytest.raises(CorruptObject) as read:
+            s.context(sid)
+    assert str(read.value) == str(alone.value) and first in str(read.value)
+
+
+@pytest.mark.parametrize("cut", [1, 2000, -5])
+def test_a_block_that_does_not_divide_into_entries_is_read_object_by_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    """Content that passed its checksum but does not divide into whole entries (cut
+    short, or with bytes after its last entry: only a wrong writer makes it) gives a
+    context read nothing: each of its messages, repeated ones too, is read alone and
+    verified, and the context is the one written."""
+    again = {"role": "user", "content": "go on"}
+    history = [again, BIG, *messages(40), again, BIG, again]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in history:
+            s.append(sid, message)
+    checked_block = objstore.packs.SealedPack.checked_block
+
+    def undivided(self: objstore.packs.SealedPack, off: int) -> tuple[bytes, int] | None:
+        checked = checked_block(self, off)
+        if checked is None or b"blob\0" not in checked[0]:
+            return checked
+        content, flags = checked
+        return (content[:-cut] if cut > 0 else content + b"\0" * -cut), flags
+
+    monkeypatch.setattr(objstore.packs.SealedPack, "checked_block", undivided)
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context == history
+    assert type(context[1]["values"][0]) is int and context[1] is not context[43]
+
+
+def test_a_message_link_to_a_node_is_named_by_a_context_read(tmp_path: Path) -> None:
+    """A node whose message is a node, not a blob, in a block the read decodes for the
+    messages around it: the read names it, as a read of it alone would."""
+    path = tmp_path / "s"
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in messages(40):
+            s.append(sid, message)
+        head = s.node_id(sid)
+        other = s.node_id(f"{sid}~3")
+        node = json.loads(s.raw_object(head)[1])
+        s.tag("odd", s.put_raw("node", dumps(dict(node, message=other))))
+    with Store.open(path) as s, pytest.raises(CorruptObject, match=f"{other}.*expected a blob"):
+        s.context("tags/odd")
