@@ -112,10 +112,12 @@ class ObjectStore:
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
         before_journal: Callable[[], None] = lambda: None,
+        gather: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
         self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
+        self._gather = gather  # turns.py: and its fsync for the appends on their way
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
         self._root = os.fspath(root)
@@ -563,7 +565,7 @@ class ObjectStore:
         w.hold()
         self._leave_turn()
         try:
-            w.sync()
+            w.sync(self._gather)
         finally:
             w.let_go()
 

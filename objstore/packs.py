@@ -296,9 +296,11 @@ class PackWriter:
             self.flush()
         return os.pread(self._fd, loc[1], loc[0])
 
-    def sync(self) -> None:
+    def sync(self, gather: Callable[[], None] = lambda: None) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began.
+        share fsyncs: each fsync covers every record written before it began, and
+        the thread that starts one first lets ``gather`` wait for the appends on
+        their way to the pack (turns.Turns.gather).
 
         One thread at a time syncs; the others wait on a condition, and all of
         them wake when it is done: those it covered return at once, and the
@@ -316,9 +318,10 @@ class PackWriter:
             if self._synced >= wanted:
                 return
             self._syncing = True
-            end = self._in_file  # every write up to here has returned
         synced = False
         try:
+            gather()
+            end = self._in_file  # every write up to here has returned
             os.fsync(self._fd)
             if not self._dir_synced:
                 fsync_dir(self.path.parent)

@@ -80,7 +80,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
-from .turns import Turns, one_at_a_time
+from .turns import Turns, on_the_way, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
@@ -337,6 +337,7 @@ class Store:
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
             partial(upgrade_marker, path, JOURNAL_VERSION),
+            self._turns.gather,
         )
         self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
@@ -557,11 +558,21 @@ class Store:
         if lock:
             lock.release()
 
-    def _session_turn(self, session: str) -> threading.Lock:
-        """The lock that lets one thread at a time append to a session through this
-        handle (taken in a turn: turn -> session, turns.py)."""
+    @contextmanager
+    def _session_turn(self, session: str) -> Iterator[None]:
+        """Let one thread at a time append to a session through this handle (taken in
+        a turn: turn -> session, turns.py)."""
         sid = self._resolver.session_id(session)
-        return self._session_turns.setdefault(sid, threading.Lock())
+        lock = self._session_turns.setdefault(sid, threading.Lock())
+        if not lock.acquire(blocking=False):
+            # The session's previous append waits for its fsync, which must not wait
+            # for this one (Turns.gather).
+            self._turns.arrived()
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _writable(self, session: str) -> tuple[str, _Tip]:
         """Lock a session for writing; return its id and what a writer needs of it.
@@ -1333,10 +1344,12 @@ class Store:
                 del self._tips[sid]  # remembered only under a writer lock
 
 
-# Every public operation takes its turn (turns.py); ``batch`` takes it for its block.
+# Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
+# an append or a compaction is on its way to the pack from before its turn.
 for _name, _member in list(vars(Store).items()):
     if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
-        setattr(Store, _name, one_at_a_time(_member))
+        wrap = on_the_way if _name in ("append", "compact") else one_at_a_time
+        setattr(Store, _name, wrap(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})

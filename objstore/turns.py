@@ -16,6 +16,15 @@ it started (packs.PackWriter.sync). Locks are taken in one order, turn ->
 session -> ref stripe -> fsync, and a thread that left its turn never waits
 for it again in the same operation, so no two threads can wait for each
 other.
+
+The thread that is to start the next fsync first waits, for at most
+GATHER_WAIT, until no other append is on its way to the pack (``gather``):
+an append is on its way from its call, before it has its turn, until it
+leaves its turn to wait for its fsync. Without that wait each fsync covered
+the appends that happened to be written while the one before it ran, about
+half of them, and the rest waited for the next one; with it, the appends of
+eight threads share one fsync instead of two or three. One thread alone never
+waits: nothing else is on its way.
 """
 
 from __future__ import annotations
@@ -23,9 +32,14 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+GATHER_WAIT: Final = 0.002
+"""Seconds an fsync waits at most for the appends on their way: a few appends'
+work, so a thread that is slow to come (or an append of the same session waiting
+for this fsync, or a batch) costs little."""
 
 
 class Turns:
@@ -36,6 +50,8 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._left = threading.local()  # exits still owed by a thread that left
+        self._coming: set[int] = set()  # threads whose append is on its way to the pack
+        self._arrival = threading.Condition(threading.Lock())
 
     def __enter__(self) -> None:
         me = threading.get_ident()
@@ -56,8 +72,31 @@ class Turns:
         if owed:  # the exits of an operation whose thread left its turn
             self._left.exits = owed - 1
 
+    def set_out(self) -> None:
+        """Count this thread's append as on its way to the pack (``gather``)."""
+        with self._arrival:
+            self._coming.add(threading.get_ident())
+
+    def arrived(self) -> None:
+        """This thread's append is no longer on its way: it wrote its records, failed,
+        or waits for another append of its session. Idempotent."""
+        me = threading.get_ident()
+        if me in self._coming:
+            with self._arrival:
+                self._coming.discard(me)
+                if not self._coming:
+                    self._arrival.notify_all()
+
+    def gather(self) -> None:
+        """Wait, for at most GATHER_WAIT, until no append is on its way to the pack."""
+        if self._coming:
+            with self._arrival:
+                self._arrival.wait_for(lambda: not self._coming, GATHER_WAIT)
+
     def leave(self) -> None:
-        """Give up the turn for the rest of the current operation (no-op if not held)."""
+        """Give up the turn for the rest of the current operation (no-op if not held);
+        the operation's append, if any, has arrived."""
+        self.arrived()
         if self._owner != threading.get_ident():
             return
         self._left.exits = getattr(self._left, "exits", 0) + self._depth
@@ -72,5 +111,22 @@ def one_at_a_time(method: F) -> F:
     def in_turn(self: Any, *args: Any, **kwargs: Any) -> Any:
         with self._turns:
             return method(self, *args, **kwargs)
+
+    return in_turn  # type: ignore[return-value]
+
+
+def on_the_way(method: F) -> F:
+    """``one_at_a_time`` for an append: on its way to the pack (``Turns.gather``) from
+    before it waits for its turn until it leaves it or returns."""
+
+    @functools.wraps(method)
+    def in_turn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        turns = self._turns
+        turns.set_out()
+        try:
+            with turns:
+                return method(self, *args, **kwargs)
+        finally:
+            turns.arrived()
 
     return in_turn  # type: ignore[return-value]
