@@ -17,13 +17,16 @@ session -> ref stripe -> fsync, and a thread that left its turn never waits
 for it again in the same operation, so no two threads can wait for each
 other.
 
-The thread that is to start the next fsync first waits, for at most
-GATHER_WAIT, until no other append is on its way to the pack (``gather``):
-an append is on its way from its call, before it has its turn, until it
-leaves its turn to wait for its fsync. Without that wait each fsync covered
-the appends that happened to be written while the one before it ran, about
-half of them, and the rest waited for the next one; with it, the appends of
-eight threads share one fsync instead of two or three. One thread alone never
+The thread that is to start the next fsync first waits until no other
+append is on its way to the pack (``gather``), for at most about as long as
+an fsync takes: an append is on its way from its call, before it has its
+turn, until it leaves its turn to wait for its fsync. Without that wait each
+fsync covered the appends written while the one before it ran, and the
+threads fell into two groups that took turns, about half of them per fsync.
+Where the work of all the appends on their way takes less than an fsync, one
+fsync covers them all, at the cost of an fsync's time in which nothing is
+written; where it takes longer, the wait ends after an fsync's time and the
+next fsync runs while they work, as it did without it. One thread alone never
 waits: nothing else is on its way.
 """
 
@@ -37,9 +40,9 @@ from typing import Any, Final, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 GATHER_WAIT: Final = 0.002
-"""Seconds an fsync waits at most for the appends on their way: a few appends'
-work, so a thread that is slow to come (or an append of the same session waiting
-for this fsync, or a batch) costs little."""
+"""Seconds an fsync waits at most for the appends on their way, however slow fsyncs
+are: a few appends' work, so a thread that is slow to come (an append of the same
+session waiting for this fsync, a batch) costs little."""
 
 
 class Turns:
@@ -87,11 +90,12 @@ class Turns:
                 if not self._coming:
                     self._arrival.notify_all()
 
-    def gather(self) -> None:
-        """Wait, for at most GATHER_WAIT, until no append is on its way to the pack."""
-        if self._coming:
+    def gather(self, longest: float) -> None:
+        """Wait, for at most ``longest`` seconds (and GATHER_WAIT), until no append is
+        on its way to the pack."""
+        if self._coming and longest > 0:
             with self._arrival:
-                self._arrival.wait_for(lambda: not self._coming, GATHER_WAIT)
+                self._arrival.wait_for(lambda: not self._coming, min(longest, GATHER_WAIT))
 
     def leave(self) -> None:
         """Give up the turn for the rest of the current operation (no-op if not held);
