@@ -47,6 +47,7 @@ from .errors import (
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
+from .objects import LIVE_LEVEL
 from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
@@ -501,17 +502,17 @@ class ObjectStore:
         w = self._writer
         if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
             if oid not in w.index:
-                w.add_object(oid, objects.stored_content(kind, content), content, exact)
+                w.add_object(oid, objects.stored_content(kind, content, LIVE_LEVEL), content, exact)
             return oid
         if self._fresh_copy(oid, loose=not pack):
             if not pack:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
-        stored = objects.stored_content(kind, content)
         if pack:
+            stored = objects.stored_content(kind, content, LIVE_LEVEL)
             self._pack_writer().add_object(oid, stored, content, exact)
         else:
-            atomic_write(self._tmp_dir, self.loose_path(oid), stored)
+            atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
         return oid
 
     def _pack_writer(self) -> PackWriter:

@@ -295,7 +295,7 @@ class PackWriter:
         one write with the objects held before it. Durable after ``sync``; its ref
         file is written when the pack is sealed."""
         body = canonical.dumps(update, fast=canonical.check_json(update))
-        checksum, stored = objects.encode("ref", body)
+        checksum, stored = objects.encode("ref", body, objects.JOURNAL_LEVEL)
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
         self.journaled[update["ref"]] = update
 
