@@ -630,13 +630,15 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
+        # Encoded and checked before the turn: another thread may write meanwhile.
         message_body, state_body = _checked_bodies(message, "message", state, meta)
         changes = _checked_files(files)
-        turn = self._session_turn(session)
-        try:
-            return self._append(session, message_body, state_body, meta, changes)
-        finally:
-            turn.release()
+        with self._turns:
+            turn = self._session_turn(session)
+            try:
+                return self._append(session, message_body, state_body, meta, changes)
+            finally:
+                turn.release()
 
     def _append(
         self,
@@ -704,11 +706,12 @@ class Store:
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
-        turn = self._session_turn(session)
-        try:
-            return self._compact(session, summary_body, state_body, keep, meta)
-        finally:
-            turn.release()
+        with self._turns:
+            turn = self._session_turn(session)
+            try:
+                return self._compact(session, summary_body, state_body, keep, meta)
+            finally:
+                turn.release()
 
     def _compact(
         self,
@@ -1359,7 +1362,8 @@ class Store:
 
 
 # Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
-# an append or a compaction is on its way to the pack from before its turn.
+# an append or a compaction takes it itself, after encoding, and is on its way to the
+# pack from its call.
 for _name, _member in list(vars(Store).items()):
     if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
         wrap = on_the_way if _name in ("append", "compact") else one_at_a_time

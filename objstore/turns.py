@@ -120,17 +120,17 @@ def one_at_a_time(method: F) -> F:
 
 
 def on_the_way(method: F) -> F:
-    """``one_at_a_time`` for an append: on its way to the pack (``Turns.gather``) from
-    before it waits for its turn until it leaves it or returns."""
+    """For an append, which takes its turn itself once it has encoded and checked what
+    it writes (touching nothing of the handle's): on its way to the pack
+    (``Turns.gather``) from its call until it leaves its turn or returns."""
 
     @functools.wraps(method)
-    def in_turn(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         turns = self._turns
         turns.set_out()
         try:
-            with turns:
-                return method(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
         finally:
             turns.arrived()
 
-    return in_turn  # type: ignore[return-value]
+    return counted  # type: ignore[return-value]
