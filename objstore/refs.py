@@ -552,6 +552,15 @@ class RefStore:
         finally:
             self._let_go(name, held)
 
+    def _generation(self, name: str) -> int:
+        """The generation of the ref's file (0 if missing or unreadable), read without
+        its lock: a hint for ``replay``."""
+        try:
+            record = self._read_file(name)
+        except StoreFormatError:
+            return 0
+        return record.generation if record is not None else 0
+
     def _last_logged_gen(self, name: str) -> int:
         entries = read_reflog(self.log_path(name), None)
         return max((e.gen for e in entries), default=0)
@@ -667,11 +676,13 @@ class RefStore:
         # together (where the file system commits them at once, as ext4 does, one
         # commit for all rather than two fsyncs per ref), then put in place under
         # the ref's lock where the ref file is older, and each directory synced once.
+        # A ref whose file is up to date already (a recovery after a plain kill -9)
+        # gets no file: a replay that has nothing to do writes nothing.
         ready: dict[str, str] = {}
         try:
             for name, items in by_ref.items():
                 body = items[-1]["body"]  # the newest: a pack journals a ref in order
-                if body is not None:
+                if body is not None and journaled_generation(items[-1]) > self._generation(name):
                     data = canonical.dumps(body) + b"\n"
                     ready[name] = files.write_new(self._tmp_dir, data, durable=False)
             files.sync_paths(ready.values())
@@ -692,8 +703,9 @@ class RefStore:
 
     def _replay_one(self, name: str, items: list[dict[str, Any]], tmp: str | None) -> bool:
         """Bring one ref up to ``items``, its updates in the pack; ``tmp``: the last
-        one's file, synced, or None for a deletion. Returns whether it put ``tmp`` in
-        place (or removed the ref), with the ref's directory still to sync."""
+        one's file, synced (None for a deletion, or where the ref file was up to date
+        when ``replay`` looked). Returns whether it put ``tmp`` in place (or removed
+        the ref), with the ref's directory still to sync."""
         logged = read_reflog(self.log_path(name), None)
         logged_gens = {e.gen for e in logged}
         newer: list[dict[str, Any]] = []
@@ -718,7 +730,9 @@ class RefStore:
             if lines:
                 files.append_line(self.log_path(name), b"".join(e.line() for e in lines))
             return False
-        if newer[-1] is not items[-1]:  # generations out of order (not ags's writing)
+        if newer[-1] is not items[-1] or (tmp is None and newer[-1]["body"] is not None):
+            # Generations out of order (not ags's writing), or the file moved back
+            # since ``replay`` looked: written here, alone.
             body = newer[-1]["body"]
             record = None
             if body is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from objstore import Store
+from objstore import Store, files
 from objstore.pack_format import RECORD_HEAD, TYPE_REF
 from objstore.refs import LOCK_STRIPES
 
@@ -171,3 +171,32 @@ def test_an_append_writes_while_another_of_its_lock_stripe_waits_for_its_fsync(
         assert not one.is_alive() and not two.is_alive()
     with Store.open(tmp_path / "store") as store:
         assert [store.session(sid).messages for sid in (first, second)] == [2, 2]
+
+
+def test_a_seal_replays_its_journal_with_one_sync_of_the_ref_directory_and_again_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealing writes the ref file of every session the pack journaled, synced before
+    the directory is synced once; replaying the same journal again (a recovery that
+    finds the files up to date) writes no file at all."""
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session() for _ in range(4)]
+        for sid in sids:
+            store.append(sid, {"role": "user", "content": "hello"})
+        writer = store.objects._writer
+        assert writer is not None
+        updates = list(writer.journaled.values())
+        synced: list[str] = []
+        real_dir = files.fsync_dir
+        monkeypatch.setattr(files, "fsync_dir", lambda d: synced.append(str(d)) or real_dir(d))
+    assert synced.count(str(tmp_path / "store" / "refs" / "sessions")) == 1
+    monkeypatch.setattr(files, "fsync_dir", real_dir)
+    with Store.open(tmp_path / "store") as store:
+        assert all(store.refs.read_file(f"sessions/{sid}") is not None for sid in sids)
+        written: list[object] = []
+        real_new = files.write_new
+        monkeypatch.setattr(
+            files, "write_new", lambda *a, **k: written.append(a) or real_new(*a, **k)
+        )
+        store.refs.replay(updates)
+        assert written == []
