@@ -80,13 +80,20 @@ _SORTED: Final = orjson.OPT_SORT_KEYS
 def dumps(value: Any, where: str = "value", *, fast: bool = False) -> bytes:
     """The canonical bytes of a JSON value that passed ``check_json``; ``fast`` when
     ``check_json`` said so (the module doc says why)."""
+    return encode(value, where, fast=fast)[0]
+
+
+def encode(value: Any, where: str = "value", *, fast: bool = False) -> tuple[bytes, bool]:
+    """``dumps``, and whether orjson wrote the bytes: then they hold no float and no
+    integer beyond 64 bits, so orjson alone reads them back exactly (within the
+    nesting ``check_json`` allowed: ``limits.read_exactly``)."""
     if fast:
         try:
-            return orjson.dumps(value, option=_SORTED)
+            return orjson.dumps(value, option=_SORTED), True
         except orjson.JSONEncodeError:
             pass  # json writes it, or names what is wrong with it
     try:
-        return _encoder.encode(value).encode("utf-8")
+        return _encoder.encode(value).encode("utf-8"), False
     except UnicodeEncodeError:
         raise InvalidInput(
             f"{where}: text holds a lone surrogate, which UTF-8 cannot store"

@@ -94,6 +94,21 @@ def node_body(
     span: Span | None = None,
     files: tuple[FileChange, ...] = (),
 ) -> bytes:
+    return encode_node(type, parent, content, state, messages, meta, kept, span, files)[0]
+
+
+def encode_node(
+    type: NodeType,
+    parent: str | None,
+    content: str,
+    state: str | None,
+    messages: int,
+    meta: dict[str, Any],
+    kept: list[str] | None = None,
+    span: Span | None = None,
+    files: tuple[FileChange, ...] = (),
+) -> tuple[bytes, bool]:
+    """``node_body``, and whether orjson wrote it (canonical.encode)"""
     body: dict[str, Any] = {
         "type": type,
         "parent": parent,
@@ -115,7 +130,7 @@ def node_body(
         body["summary"] = content
         body["kept"] = list(kept or [])
     # Every field but meta is ids, whole numbers or null: meta decides the encoder.
-    return canonical.dumps(body, fast=canonical.check_json(meta))
+    return canonical.encode(body, fast=canonical.check_json(meta))
 
 
 def parse_node(oid: str, body: bytes) -> Node:

@@ -47,6 +47,7 @@ from .errors import (
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
+from .objects import LIVE_LEVEL
 from .pack_format import RECORD_HEAD
 from .packs import (
     MAX_PACK_BYTES,
@@ -112,10 +113,12 @@ class ObjectStore:
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
         before_journal: Callable[[], None] = lambda: None,
+        gather: Callable[[float], None] = lambda longest: None,
     ) -> None:
         self.root = root
         self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
+        self._gather = gather  # turns.py: and its fsync for the appends on their way
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
         self._root = os.fspath(root)
@@ -475,22 +478,41 @@ class ObjectStore:
 
     # -- writing -------------------------------------------------------------
 
-    def put(self, kind: str, body: bytes, *, pack: bool = True) -> str:
-        """Store an object; return its id. See the module doc for where and how durably."""
+    def put(
+        self,
+        kind: str,
+        body: bytes,
+        *,
+        pack: bool = True,
+        unique: bool = False,
+        exact: bool = False,
+    ) -> str:
+        """Store an object; return its id. See the module doc for where and how durably.
+
+        ``unique``: an object no copy of which is expected anywhere but, perhaps, this
+        handle's pack (a node naming its parent and the millisecond it was made), so
+        other packs are not searched for one: were there a copy, this one would only
+        cost its bytes until a repack merges the two. ``exact``: a JSON body orjson
+        wrote (canonical.encode), which its seal need not parse again."""
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
         content = objects.content_of(kind, body)
         oid = objects.content_id(content)
+        w = self._writer
+        if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
+            if oid not in w.index:
+                w.add_object(oid, objects.stored_content(kind, content, LIVE_LEVEL), content, exact)
+            return oid
         if self._fresh_copy(oid, loose=not pack):
             if not pack:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
-        stored = objects.stored_content(kind, content)
         if pack:
-            self._pack_writer().add_object(oid, stored, content)
+            stored = objects.stored_content(kind, content, LIVE_LEVEL)
+            self._pack_writer().add_object(oid, stored, content, exact)
         else:
-            atomic_write(self._tmp_dir, self.loose_path(oid), stored)
+            atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
         return oid
 
     def _pack_writer(self) -> PackWriter:
@@ -563,7 +585,7 @@ class ObjectStore:
         w.hold()
         self._leave_turn()
         try:
-            w.sync()
+            w.sync(self._gather)
         finally:
             w.let_go()
 
@@ -591,19 +613,19 @@ class ObjectStore:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise
         self._before_blocks()
-        blocks = BlockPackWriter(self.pack_dir, self._tmp_dir)
+        blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
         try:
             for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
                 content = w.contents.get(oid)
                 if content is not None:  # hashed to its id when it was written
-                    blocks.add_content(oid, content)
+                    blocks.add_content(oid, content, new=True, exact=oid in w.exact)
                     continue
                 try:
                     kind, body = objects.decode(oid, w.read(loc))
                 except CorruptObject:
                     blocks.add([(oid, w.read(loc))])  # kept as it is, for fsck to report
                     continue
-                blocks.add_content(oid, kind.encode("ascii") + b"\0" + body)
+                blocks.add_content(oid, kind.encode("ascii") + b"\0" + body, new=True)
             blocks.seal()
         except BaseException:
             blocks.abandon()

@@ -31,8 +31,9 @@ import os
 import secrets
 import struct
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import suppress
 from operator import itemgetter
 from pathlib import Path
@@ -181,12 +182,14 @@ class PackWriter:
         # MAX_KEPT_CONTENT bytes (content that compresses well can be far more than
         # the pack), the rest is read back.
         self.contents: dict[str, bytes] = {}
+        self.exact: set[str] = set()  # of those, JSON orjson wrote (``block_payload``)
         self._kept = 0
         self._dir_synced = False
         self._synced = 0  # bytes known durable
         # One fsync at a time (``_syncing``); it covers what came before it began.
         self._fsync = threading.Condition()
         self._syncing = False
+        self._fsync_time = 0.0  # seconds, a moving average
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
@@ -238,6 +241,7 @@ class PackWriter:
             for oid in self._held_ids:
                 self.index.pop(oid, None)
                 self._kept -= len(self.contents.pop(oid, b""))
+                self.exact.discard(oid)
             self.size = self._in_file
             self._held, self._held_ids = [], []
             objects_noted, refs_noted = self._live_written
@@ -276,18 +280,22 @@ class PackWriter:
         ``flush`` or ``read``; durable after ``flush`` and ``sync``."""
         self._hold((TYPE_OBJECT, bytes.fromhex(oid), stored) for oid, stored in records)
 
-    def add_object(self, oid: str, stored: bytes, content: bytes) -> None:
-        """``add`` one object whose content (which hashes to ``oid``) the caller has."""
+    def add_object(self, oid: str, stored: bytes, content: bytes, exact: bool = False) -> None:
+        """``add`` one object whose content (which hashes to ``oid``) the caller has;
+        ``exact``: a JSON body that orjson wrote (canonical.encode)."""
         self._hold([(TYPE_OBJECT, bytes.fromhex(oid), stored)])
         if self._kept + len(content) <= MAX_KEPT_CONTENT:
             self.contents[oid] = content
             self._kept += len(content)
+            if exact:
+                self.exact.add(oid)
 
     def add_ref_update(self, update: dict[str, Any]) -> None:
         """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
         one write with the objects held before it. Durable after ``sync``; its ref
         file is written when the pack is sealed."""
-        checksum, stored = objects.encode("ref", canonical.dumps(update))
+        body = canonical.dumps(update, fast=canonical.check_json(update))
+        checksum, stored = objects.encode("ref", body, objects.JOURNAL_LEVEL)
         self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
         self.journaled[update["ref"]] = update
 
@@ -296,9 +304,11 @@ class PackWriter:
             self.flush()
         return os.pread(self._fd, loc[1], loc[0])
 
-    def sync(self) -> None:
+    def sync(self, gather: Callable[[float], None] = lambda longest: None) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began.
+        share fsyncs: each fsync covers every record written before it began, and
+        the thread that starts one first lets ``gather`` wait, about as long as an
+        fsync takes at most, for the appends on their way (turns.Turns.gather).
 
         One thread at a time syncs; the others wait on a condition, and all of
         them wake when it is done: those it covered return at once, and the
@@ -316,10 +326,14 @@ class PackWriter:
             if self._synced >= wanted:
                 return
             self._syncing = True
-            end = self._in_file  # every write up to here has returned
         synced = False
         try:
+            gather(self._fsync_time)
+            end = self._in_file  # every write up to here has returned
+            started = time.perf_counter()
             os.fsync(self._fd)
+            # What the next gather may wait: about what an fsync takes (a moving average).
+            self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
             if not self._dir_synced:
                 fsync_dir(self.path.parent)
                 self._dir_synced = True
@@ -380,6 +394,7 @@ class BlockPackWriter(PackWriter):
         # One block being filled per group (``block_group``), each written when full.
         self._pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
         self._pending_bytes = [0] * BLOCK_GROUPS
+        self._exact: set[str] = set()  # pending ids known exact (``add_content``)
 
     def __contains__(self, oid: str) -> bool:
         """Whether ``oid`` was added (written, or waiting for its block)."""
@@ -398,12 +413,18 @@ class BlockPackWriter(PackWriter):
         self._buckets[raw[0]] += BLOCK_IDX_ENTRY.pack(raw, at, inner, length)
         self._prefixes.add(raw)
 
-    def add_content(self, oid: str, content: bytes) -> None:
-        """Add an object by its ``kind + NUL + body`` (verified by the caller)."""
-        if oid in self:
+    def add_content(
+        self, oid: str, content: bytes, *, new: bool = False, exact: bool = False
+    ) -> None:
+        """Add an object by its ``kind + NUL + body`` (verified by the caller); ``new``:
+        the caller knows it was not added yet (one pack's objects, at its seal);
+        ``exact``: a JSON body orjson wrote (``block_payload``)."""
+        if not new and oid in self:
             return
         group = block_group(content)
         self._pending[group][oid] = content
+        if exact:
+            self._exact.add(oid)
         self._pending_bytes[group] += len(content)
         if self._pending_bytes[group] >= BLOCK_BYTES:
             self._flush_group(group)
@@ -436,7 +457,8 @@ class BlockPackWriter(PackWriter):
         pending = self._pending[group]
         if not pending:
             return
-        content, payload = block_payload(pending)
+        content, payload = block_payload(pending, self._exact)
+        self._exact.difference_update(pending)
         at = self.size + RECORD_HEAD.size
         self._write([(TYPE_BLOCK, blake3.blake3(payload).digest(), payload)])
         self._pending[group], self._pending_bytes[group] = {}, 0
@@ -482,14 +504,19 @@ def block_group(content: bytes) -> int:
     return _OTHER_NODE
 
 
-def block_payload(objects_in: dict[str, bytes]) -> tuple[bytes, bytes]:
+def block_payload(
+    objects_in: dict[str, bytes], known_exact: Container[str] = ()
+) -> tuple[bytes, bytes]:
     """The content of a block of ``objects_in`` (id -> ``kind + NUL + body``, verified
     by the caller) and its record's payload: the zstd frame, then its claim (5.5),
-    WITHIN_LIMITS if every object is a blob or a node that orjson reads exactly."""
+    WITHIN_LIMITS if every object is a blob or a node that orjson reads exactly
+    (``known_exact``: ids of blobs and nodes whose JSON orjson wrote, and nested no
+    deeper than the limit, so not parsed again)."""
     content = encode_block(objects_in.items())
     exact = all(
-        (piece.startswith(b"blob\0") or piece.startswith(b"node\0")) and read_exactly(piece[5:])
-        for piece in objects_in.values()
+        (piece.startswith(b"blob\0") or piece.startswith(b"node\0"))
+        and (oid in known_exact or read_exactly(piece[5:]))
+        for oid, piece in objects_in.items()
     )
     return content, encode_claim(_block_compressor().compress(content), WITHIN_LIMITS * exact)
 

@@ -214,6 +214,31 @@ class _Staged:
     entries: list[ReflogEntry]
 
 
+class _Stripe:
+    """One stripe's lock file, shared by the threads of a handle: flocked from the
+    first of them taking it until the last lets go. ``holders`` (changed under the
+    store's guard) counts the threads using or waiting for it, ``inside`` (under
+    ``_mutex``) those holding it."""
+
+    def __init__(self, path: Path) -> None:
+        self.lock = files.FileLock(path)
+        self.holders = 0
+        self.inside = 0
+        self._mutex = threading.Lock()
+
+    def enter(self) -> None:
+        with self._mutex:  # the thread taking the flock makes the others wait for it
+            if not self.inside:
+                self.lock.acquire()
+            self.inside += 1
+
+    def leave(self) -> None:
+        with self._mutex:
+            self.inside -= 1
+            if not self.inside:
+                self.lock.unlock()
+
+
 class RefStore:
     def __init__(
         self,
@@ -230,10 +255,11 @@ class RefStore:
         self._locks = locks
         self._tmp_dir = os.fspath(tmp_dir)
         self._staged: dict[str, _Staged] | None = None
-        # Per thread: flock excludes another open file, so two threads of a handle
-        # updating refs of one stripe take turns as two processes do.
-        self._per_thread = threading.local()
-        self._all_stripes: list[dict[int, files.FileLock]] = []
+        # The threads of a handle share its stripe locks (``_Stripe``) and take turns
+        # per ref name (``_ref_turns``: name -> [lock, threads using or waiting]).
+        self._guard = threading.Lock()  # over the two dicts below
+        self._stripe_locks: dict[int, _Stripe] = {}
+        self._ref_turns: dict[str, list[Any]] = {}
         self._pins: dict[str, _Pin] = {}  # ref files kept open (``_read_pinned``)
 
     # -- reading -------------------------------------------------------------
@@ -406,29 +432,62 @@ class RefStore:
 
     # -- writing -------------------------------------------------------------
 
-    def _stripes(self) -> dict[int, files.FileLock]:
-        stripes: dict[int, files.FileLock] | None = getattr(self._per_thread, "stripes", None)
-        if stripes is None:
-            stripes = self._per_thread.stripes = {}
-            self._all_stripes.append(stripes)
-        return stripes
-
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
-        """Hold the striped lock of ``name``; the last OPEN_STRIPES lock files stay open."""
-        stripe = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
-        stripes = self._stripes()
-        lock = stripes.pop(stripe, None)
-        if lock is None:
-            lock = files.FileLock(self._locks / f"ref-{stripe:02x}")
-            if len(stripes) >= OPEN_STRIPES:  # bound the open files: drop the oldest
-                stripes.pop(next(iter(stripes))).release()
-        stripes[stripe] = lock  # most recently used last
-        lock.acquire()
+        """Hold the lock of ``name`` (``_take``/``_let_go``)."""
+        held = self._take(name)
         try:
             yield
         finally:
-            lock.unlock()
+            self._let_go(name, held)
+
+    def _take(self, name: str) -> tuple[_Stripe, list[Any]]:
+        """Take the lock of ``name``: in this handle, its turn among the threads updating
+        it; between processes, the flock of its stripe, which the handle's threads
+        share. (Each thread with a lock file of its own made threads updating
+        different refs of one stripe wait for each other, for as long as an
+        append waits for its fsync, and every other thread behind them.)"""
+        number = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
+        with self._guard:
+            turn = self._ref_turns.get(name)
+            if turn is None:
+                turn = self._ref_turns[name] = [threading.RLock(), 0]
+            turn[1] += 1
+            stripe = self._stripe_locks.pop(number, None)
+            if stripe is None:
+                stripe = _Stripe(self._locks / f"ref-{number:02x}")
+                if len(self._stripe_locks) >= OPEN_STRIPES:  # bound the open files
+                    idle = next((n for n, o in self._stripe_locks.items() if not o.holders), None)
+                    if idle is not None:
+                        self._stripe_locks.pop(idle).lock.release()
+            self._stripe_locks[number] = stripe  # most recently used last
+            stripe.holders += 1  # kept open until let go
+        try:
+            turn[0].acquire()
+            try:
+                stripe.enter()
+            except BaseException:
+                turn[0].release()
+                raise
+        except BaseException:
+            self._forget(name, stripe, turn)
+            raise
+        return stripe, turn
+
+    def _let_go(self, name: str, held: tuple[_Stripe, list[Any]]) -> None:
+        stripe, turn = held
+        try:
+            stripe.leave()
+        finally:
+            turn[0].release()
+            self._forget(name, stripe, turn)
+
+    def _forget(self, name: str, stripe: _Stripe, turn: list[Any]) -> None:
+        with self._guard:
+            stripe.holders -= 1
+            turn[1] -= 1
+            if not turn[1]:
+                del self._ref_turns[name]
 
     def transact(
         self,
@@ -449,7 +508,8 @@ class RefStore:
         history, FORMAT.md 7).
         """
         check_ref_name(name)
-        with self._lock(name):
+        held = self._take(name)
+        try:
             # A journaled update is made under the session's writer lock (Store), taken
             # with a fresh look: no pack this handle does not know can have journaled
             # the ref since, so the pack directory is not listed again. Its file
@@ -489,6 +549,17 @@ class RefStore:
             else:
                 self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
+        finally:
+            self._let_go(name, held)
+
+    def _generation(self, name: str) -> int:
+        """The generation of the ref's file (0 if missing or unreadable), read without
+        its lock: a hint for ``replay``."""
+        try:
+            record = self._read_file(name)
+        except StoreFormatError:
+            return 0
+        return record.generation if record is not None else 0
 
     def _last_logged_gen(self, name: str) -> int:
         entries = read_reflog(self.log_path(name), None)
@@ -601,11 +672,40 @@ class RefStore:
             except (KeyError, TypeError, ValueError, InvalidName):
                 continue
             by_ref.setdefault(name, []).append(update)
-        for name, items in by_ref.items():
-            with self._lock(name):
-                self._replay_one(name, items)
+        # Each ref's newest value is written to tmp/ first and all of them synced
+        # together (where the file system commits them at once, as ext4 does, one
+        # commit for all rather than two fsyncs per ref), then put in place under
+        # the ref's lock where the ref file is older, and each directory synced once.
+        # A ref whose file is up to date already (a recovery after a plain kill -9)
+        # gets no file: a replay that has nothing to do writes nothing.
+        ready: dict[str, str] = {}
+        try:
+            for name, items in by_ref.items():
+                body = items[-1]["body"]  # the newest: a pack journals a ref in order
+                if body is not None and journaled_generation(items[-1]) > self._generation(name):
+                    data = canonical.dumps(body) + b"\n"
+                    ready[name] = files.write_new(self._tmp_dir, data, durable=False)
+            files.sync_paths(ready.values())
+            moved: set[str] = set()
+            for name, items in by_ref.items():
+                tmp = ready.pop(name, None)
+                with self._lock(name):
+                    if self._replay_one(name, items, tmp):
+                        moved.add(os.path.dirname(self.path(name)))
+                    elif tmp is not None:
+                        os.unlink(tmp)
+            for directory in moved:
+                files.fsync_dir(directory)
+        finally:
+            for tmp in ready.values():
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
-    def _replay_one(self, name: str, items: list[dict[str, Any]]) -> None:
+    def _replay_one(self, name: str, items: list[dict[str, Any]], tmp: str | None) -> bool:
+        """Bring one ref up to ``items``, its updates in the pack; ``tmp``: the last
+        one's file, synced (None for a deletion, or where the ref file was up to date
+        when ``replay`` looked). Returns whether it put ``tmp`` in place (or removed
+        the ref), with the ref's directory still to sync."""
         logged = read_reflog(self.log_path(name), None)
         logged_gens = {e.gen for e in logged}
         newer: list[dict[str, Any]] = []
@@ -629,20 +729,28 @@ class RefStore:
         if not newer:
             if lines:
                 files.append_line(self.log_path(name), b"".join(e.line() for e in lines))
-            return
-        body = newer[-1]["body"]
-        record = None
-        if body is not None:
-            record = RefRecord(name, int(body["generation"]), body.get("target"), body)
-        self._commit(name, self._write_file(record, durable=True), lines, durable=True)
+            return False
+        if newer[-1] is not items[-1] or (tmp is None and newer[-1]["body"] is not None):
+            # Generations out of order (not ags's writing), or the file moved back
+            # since ``replay`` looked: written here, alone.
+            body = newer[-1]["body"]
+            record = None
+            if body is not None:
+                record = RefRecord(name, int(body["generation"]), body.get("target"), body)
+            self._commit(name, self._write_file(record, durable=True), lines, durable=True)
+            return False
+        # Reflog lines to restore are synced here (rare: a plain append logs none).
+        self._commit(name, tmp, lines, durable=bool(lines))
+        return True
 
     def close(self) -> None:
         for name in list(self._pins):
             self._unpin(name)
-        for stripes in self._all_stripes:
-            for lock in stripes.values():
-                lock.release()
-            stripes.clear()
+        with self._guard:
+            for number, stripe in list(self._stripe_locks.items()):
+                if not stripe.holders:
+                    del self._stripe_locks[number]
+                    stripe.lock.release()
 
 
 def journaled_generation(update: dict[str, Any]) -> int:

@@ -58,7 +58,7 @@ from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
-from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, node_body, parse_node
+from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, encode_node, parse_node
 from .object_store import ObjectStore, SweepResult
 from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
@@ -80,7 +80,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
-from .turns import Turns, one_at_a_time
+from .turns import Turns, on_the_way, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
@@ -201,22 +201,28 @@ class _Tip:
     ref_body: Body | None = None
 
 
-def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> bytes:
+# Canonical bytes, and whether orjson wrote them (canonical.encode): then a block holding
+# them may claim orjson reads it exactly without parsing them again (packs.block_payload).
+Encoded = tuple[bytes, bool]
+
+
+def _json_body(value: Any, where: str, max_depth: int = MAX_DEPTH) -> Encoded:
     """Canonical bytes of a value to store, or InvalidInput: checked before anything is
     written, limits included (limits.py)."""
     fast = canonical.check_json(value, where, max_depth)
-    body = canonical.dumps(value, where, fast=fast)
-    if len(body) > MAX_OBJECT_BYTES:
+    encoded = canonical.encode(value, where, fast=fast)
+    if len(encoded[0]) > MAX_OBJECT_BYTES:
         raise LimitExceeded(
-            f"{where}: {len(body):,} bytes, over the limit of one object ({MAX_OBJECT_BYTES:,})",
+            f"{where}: {len(encoded[0]):,} bytes, over the limit of one object "
+            f"({MAX_OBJECT_BYTES:,})",
             "too large",
         )
-    return body
+    return encoded
 
 
 def _checked_bodies(
     content: dict[str, Any], what: str, state: dict[str, Any] | None, meta: dict[str, Any] | None
-) -> tuple[bytes, bytes | None]:
+) -> tuple[Encoded, Encoded | None]:
     """The canonical bytes of a new node's message (or summary) and state, all three
     values checked against the limits before anything is written."""
     content_body = _json_body(content, what)
@@ -337,6 +343,7 @@ class Store:
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
             partial(upgrade_marker, path, JOURNAL_VERSION),
+            self._turns.gather,
         )
         self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
@@ -558,10 +565,16 @@ class Store:
             lock.release()
 
     def _session_turn(self, session: str) -> threading.Lock:
-        """The lock that lets one thread at a time append to a session through this
-        handle (taken in a turn: turn -> session, turns.py)."""
+        """Take the lock that lets one thread at a time append to a session through
+        this handle (in a turn: turn -> session, turns.py); the caller releases it."""
         sid = self._resolver.session_id(session)
-        return self._session_turns.setdefault(sid, threading.Lock())
+        lock = self._session_turns.setdefault(sid, threading.Lock())
+        if not lock.acquire(blocking=False):
+            # The session's previous append waits for its fsync, which must not wait
+            # for this one (Turns.gather).
+            self._turns.arrived()
+            lock.acquire()
+        return lock
 
     def _writable(self, session: str) -> tuple[str, _Tip]:
         """Lock a session for writing; return its id and what a writer needs of it.
@@ -617,16 +630,21 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
+        # Encoded and checked before the turn: another thread may write meanwhile.
         message_body, state_body = _checked_bodies(message, "message", state, meta)
         changes = _checked_files(files)
-        with self._session_turn(session):
-            return self._append(session, message_body, state_body, meta, changes)
+        with self._turns:
+            turn = self._session_turn(session)
+            try:
+                return self._append(session, message_body, state_body, meta, changes)
+            finally:
+                turn.release()
 
     def _append(
         self,
         session: str,
-        message_body: bytes,
-        state_body: bytes | None,
+        message_body: Encoded,
+        state_body: Encoded | None,
         meta: dict[str, Any] | None,
         files: list[tuple[str, bytes | None, bytes | None]],
     ) -> str:
@@ -640,9 +658,9 @@ class Store:
             )
             for path, before, after in files
         )
-        message_id = self.objects.put("blob", message_body)
+        message_id = self.objects.put("blob", message_body[0], exact=message_body[1])
         state_id = (
-            self.objects.put("blob", state_body)
+            self.objects.put("blob", state_body[0], exact=state_body[1])
             if state_body is not None
             else (parent.state if parent else None)
         )
@@ -688,14 +706,18 @@ class Store:
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
-        with self._session_turn(session):
-            return self._compact(session, summary_body, state_body, keep, meta)
+        with self._turns:
+            turn = self._session_turn(session)
+            try:
+                return self._compact(session, summary_body, state_body, keep, meta)
+            finally:
+                turn.release()
 
     def _compact(
         self,
         session: str,
-        summary_body: bytes,
-        state_body: bytes | None,
+        summary_body: Encoded,
+        state_body: Encoded | None,
         keep: int,
         meta: dict[str, Any] | None,
     ) -> str:
@@ -704,8 +726,12 @@ class Store:
         if parent is None:
             raise InvalidInput(f"session {sid} has no messages to compact")
         kept = last_message_nodes(parent.id, self.node, keep)
-        summary_id = self.objects.put("blob", summary_body)
-        state_id = self.objects.put("blob", state_body) if state_body is not None else parent.state
+        summary_id = self.objects.put("blob", summary_body[0], exact=summary_body[1])
+        state_id = (
+            self.objects.put("blob", state_body[0], exact=state_body[1])
+            if state_body is not None
+            else parent.state
+        )
         node, ref_body = self._add_node(
             sid,
             tip.ref_body,
@@ -741,8 +767,10 @@ class Store:
         this handle gave the ref last), not checked again if the ref still has it."""
         full_meta = {"time": now_iso(), **(meta or {})}
         parent_id = parent.id if parent else None
-        body = node_body(type, parent_id, content, state_id, count, full_meta, kept, span, files)
-        node_id = self.objects.put("node", body)
+        body, exact = encode_node(
+            type, parent_id, content, state_id, count, full_meta, kept, span, files
+        )
+        node_id = self.objects.put("node", body, unique=True, exact=exact)
 
         def move(current: RefRecord | None) -> Body:
             if current is None or current.target != parent_id:
@@ -1334,10 +1362,13 @@ class Store:
                 del self._tips[sid]  # remembered only under a writer lock
 
 
-# Every public operation takes its turn (turns.py); ``batch`` takes it for its block.
+# Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
+# an append or a compaction takes it itself, after encoding, and is on its way to the
+# pack from its call.
 for _name, _member in list(vars(Store).items()):
     if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
-        setattr(Store, _name, one_at_a_time(_member))
+        wrap = on_the_way if _name in ("append", "compact") else one_at_a_time
+        setattr(Store, _name, wrap(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})

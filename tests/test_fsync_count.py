@@ -8,10 +8,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import blake3
 import pytest
 
-from objstore import Store
+from objstore import Store, files
 from objstore.pack_format import RECORD_HEAD, TYPE_REF
+from objstore.refs import LOCK_STRIPES
 
 
 @pytest.fixture
@@ -109,3 +111,92 @@ def test_eight_threads_share_fsyncs_and_each_append_returns_durable(tmp_path: Pa
         assert count[0] <= appends // 3, f"{count[0]} fsyncs for {appends} appends"
     with Store.open(tmp_path / "store") as store:
         assert all(store.session(sid).messages == per_thread + 1 for sid in sids)
+
+
+def _stripe(sid: str) -> int:
+    return blake3.blake3(f"sessions/{sid}".encode()).digest()[0] % LOCK_STRIPES
+
+
+def test_an_append_writes_while_another_of_its_lock_stripe_waits_for_its_fsync(
+    tmp_path: Path,
+) -> None:
+    """Two sessions whose refs share one of the 256 stripe locks: while one thread's
+    append waits for its fsync (held here until released), another thread's append
+    to the other session still writes its records, and both return once durable.
+    (With a lock file per thread the second waited for the first's fsync, holding
+    the handle's turn, and every other thread waited behind it.)"""
+    real = os.fsync
+    gate, held = threading.Event(), threading.Event()
+
+    def held_fsync(fd: int) -> None:
+        held.set()
+        gate.wait(30)
+        real(fd)
+
+    with Store.open(tmp_path / "store") as store:
+        seen: dict[int, str] = {}
+        while True:
+            sid = store.new_session()
+            if _stripe(sid) in seen:
+                first, second = seen[_stripe(sid)], sid
+                break
+            seen[_stripe(sid)] = sid
+        for sid in (first, second):  # the writer locks and the pack, before holding fsyncs
+            store.append(sid, {"role": "user", "content": "hello"})
+        writer = store.objects._writer
+        assert writer is not None
+        os.fsync = held_fsync
+        try:
+            one = threading.Thread(
+                target=store.append, args=(first, {"role": "user", "content": "1"})
+            )
+            one.start()
+            assert held.wait(30), "the first append never reached its fsync"
+            written = writer._in_file  # bytes in the file, not held ones
+            two = threading.Thread(
+                target=store.append, args=(second, {"role": "user", "content": "2"})
+            )
+            two.start()
+            deadline = time.monotonic() + 10
+            while writer._in_file == written and time.monotonic() < deadline:
+                time.sleep(0.01)
+            grew = writer._in_file > written
+            assert one.is_alive(), "the first append returned before its fsync"
+        finally:
+            gate.set()
+            os.fsync = real
+        one.join(30)
+        two.join(30)
+        assert grew, "the second append did not write while the first waited for its fsync"
+        assert not one.is_alive() and not two.is_alive()
+    with Store.open(tmp_path / "store") as store:
+        assert [store.session(sid).messages for sid in (first, second)] == [2, 2]
+
+
+def test_a_seal_replays_its_journal_with_one_sync_of_the_ref_directory_and_again_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealing writes the ref file of every session the pack journaled, synced before
+    the directory is synced once; replaying the same journal again (a recovery that
+    finds the files up to date) writes no file at all."""
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session() for _ in range(4)]
+        for sid in sids:
+            store.append(sid, {"role": "user", "content": "hello"})
+        writer = store.objects._writer
+        assert writer is not None
+        updates = list(writer.journaled.values())
+        synced: list[str] = []
+        real_dir = files.fsync_dir
+        monkeypatch.setattr(files, "fsync_dir", lambda d: synced.append(str(d)) or real_dir(d))
+    assert synced.count(str(tmp_path / "store" / "refs" / "sessions")) == 1
+    monkeypatch.setattr(files, "fsync_dir", real_dir)
+    with Store.open(tmp_path / "store") as store:
+        assert all(store.refs.read_file(f"sessions/{sid}") is not None for sid in sids)
+        written: list[object] = []
+        real_new = files.write_new
+        monkeypatch.setattr(
+            files, "write_new", lambda *a, **k: written.append(a) or real_new(*a, **k)
+        )
+        store.refs.replay(updates)
+        assert written == []

@@ -107,7 +107,8 @@ def test_equal_content_is_stored_once(store):
     m = {"role": "user", "content": "same words " * 50}
     store.append(a, m, state={"todo": []})
     before = message_objects(store)
-    store.append(b, m, state={"todo": []})
+    # A meta of its own: within one millisecond b's node would be a's, stored once too.
+    store.append(b, m, state={"todo": []}, meta={"by": "b"})
     new = message_objects(store) - before
     assert len(new) == 1  # only b's node: the message and the state blobs already exist
 
