@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.pool
 import os
+import re
 import signal
 import struct
 import threading
@@ -35,7 +36,7 @@ import orjson
 
 from . import objects
 from .errors import NestingTooDeep, ObjectError
-from .limits import MAX_DEPTH, check_json_text, depth_exceeds, read_exactly, value_read_exactly
+from .limits import MAX_DEPTH, TOO_DEEP, check_json_text, read_exactly, unusual
 from .nodes import Node, parse_node
 from .pack_format import (
     BLOCK_ENTRY_HEAD,
@@ -61,8 +62,23 @@ POOL_BYTES: Final = 16 << 20  # less pack than this is read in the calling proce
 # head offsets for RECORDS, entry numbers for INDEX.
 Part = tuple[int, int, int, int]
 
-_TOO_DEEP: Final = f"is not a blob ags can read: {NestingTooDeep(MAX_DEPTH)}"
+_NESTED_TOO_DEEP: Final = f"is not a blob ags can read: {NestingTooDeep(MAX_DEPTH)}"
 _KIND_CODES: Final = {"node": 0, "blob": 1, "file": 2}  # what a link may name (Link.kind)
+
+_ID: Final = rb'"([0-9a-f]{64})"'
+_ID_OR_NULL: Final = rb'(?:null|"([0-9a-f]{64})")'
+_EVERYDAY_NODE: Final = re.compile(
+    rb'node\x00\{"message":' + _ID + rb',"messages":(0|[1-9][0-9]{0,17}),'
+    rb'"meta":\{"time":"[0-9A-Za-z:.+-]*"\},"parent":' + _ID_OR_NULL + rb","
+    rb'(?:"span":\{"after":' + _ID_OR_NULL + rb',"messages":\[((?:"[0-9a-f]{64}",)*'
+    rb'"[0-9a-f]{64}"|)\]\},)?"state":' + _ID_OR_NULL + rb',"type":"message"\}'
+)
+"""The content of a message node as ags writes it (canonical JSON, FORMAT.md 4.1),
+matched in one C call: a match is JSON that ``parse_node`` reads (three levels deep,
+one integer below 10**18, every id 64 lowercase hex digits), and its groups are the
+message id, the message count, the parent id, the span's ``after`` and listed
+message ids (``"id","id"``), and the state id. A node of any other shape, or
+written any other way, is parsed (``Reader.node``)."""
 
 
 def key(oid: object) -> int:
@@ -214,7 +230,7 @@ class Reader:
         unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
         view = memoryview(content)
         hashed, loads, from_bytes = blake3.blake3, orjson.loads, int.from_bytes
-        starts, count = content.startswith, content.count
+        starts, everyday = content.startswith, _EVERYDAY_NODE.fullmatch
         blobs, files = found.blobs, found.files
         placed = placements = objects = 0
         pos = 0
@@ -236,12 +252,15 @@ class Reader:
                 except orjson.JSONDecodeError:
                     self.blob_problem(raw, view[pos + 5 : end])
                 else:
-                    if count(b"[", pos, end) + count(b"{", pos, end) > MAX_DEPTH and depth_exceeds(
-                        value, MAX_DEPTH
-                    ):
-                        self.problem(raw, _TOO_DEEP)
-                    if unclaimed is not None and not value_read_exactly(value):
+                    # One walk answers both: nesting within the limit, and (for a
+                    # block's claim) no number orjson may have read inexactly.
+                    found_in_it = unusual(value)
+                    if found_in_it == TOO_DEEP:
+                        self.problem(raw, _NESTED_TOO_DEEP)
+                    if found_in_it and unclaimed is not None:
                         unclaimed.append(raw.hex())
+            elif (match := everyday(content, pos, end)) is not None:
+                self.everyday_node(raw, match)  # within the claim: no big number
             elif starts(b"node\0", pos):
                 self.node(raw, content, pos + 5, end)
                 if unclaimed is not None and not read_exactly(content[pos + 5 : end]):
@@ -263,6 +282,36 @@ class Reader:
         found.placed += placed
         found.placements += placements
         return pos
+
+    def everyday_node(self, raw: bytes, match: re.Match[bytes]) -> None:
+        """Take apart a node ``_EVERYDAY_NODE`` matched."""
+        message, messages, parent, after, listed, state = match.groups()
+        found = self.found
+        own = int.from_bytes(raw[:8]) >> 4
+        content = int(message[:15], 16)
+        node_targets, blob_targets, _ = found.targets
+        found.nodes.append(own)
+        found.contents.append(content)
+        found.compactions.append(0)
+        blob_targets.append(content)
+        if parent is None:
+            found.parents.append(-1)
+        else:
+            found.parents.append(parent_key := int(parent[:15], 16))
+            node_targets.append(parent_key)
+        if state is not None:
+            blob_targets.append(int(state[:15], 16))
+        if own in self.wanted:
+            found.messages[own] = int(messages)
+        if listed is not None:
+            start_key = -1
+            if after is not None:
+                start_key = int(after[:15], 16)
+                node_targets.append(start_key)
+            # Each listed id is '"' + 64 hex digits + '"', one comma between.
+            keys = array("q", [int(listed[at : at + 15], 16) for at in range(1, len(listed), 67)])
+            blob_targets += keys
+            found.add_span(raw, start_key, keys)
 
     def corrupt(self, raw: bytes, why: str) -> None:
         self.found.unreadable.append(int.from_bytes(raw[:8]) >> 4)
