@@ -313,10 +313,12 @@ class _Seen:
         first = 0
         columns = zip(span_keys, spans.span_after, spans.span_sizes, strict=True)
         for number, (node, after, size) in enumerate(columns):
-            messages = spans.span_messages[first : first + size].tolist()
+            messages = spans.span_messages[first : first + size]
             first += size
-            blobs: list[int] = []
             at = positions.find(node)
+            if at >= 0 and self._listed_in_a_row(at, positions.find(parents[at]), after, messages):
+                continue
+            blobs: list[int] = []
             while at >= 0:
                 if keys[at] == after or compactions[at] or len(blobs) > size:
                     break
@@ -325,10 +327,38 @@ class _Seen:
                 if parent == -1 or parent == after:
                     break  # the walk would stop at the parent, read or not
                 at = positions.find(parent, at)
-            if blobs[::-1] != messages:
+            if blobs[::-1] != messages.tolist():
                 oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
                 problems.append(Problem(oid, "span does not match the messages before it"))
         return problems
+
+    def _listed_in_a_row(self, at: int, below: int, after: int, messages: array[int]) -> bool:
+        """Whether the walk of span_problems from the span node at ``at`` would find
+        ``messages``, when its other nodes were read in a row, oldest first, ending
+        at ``below`` (the place of its parent): what a session's nodes are. Checked
+        with a few comparisons of array slices, in C, instead of a step a node; any
+        other span (False) is walked."""
+        keys, parents, contents, compactions = (
+            self.keys[0], self.parents, self.contents, self.compactions,
+        )  # fmt: skip
+        size = len(messages)
+        first = below - size + 2  # the place of the oldest node of the span
+        return (
+            size >= 2
+            and first >= 0
+            and keys[at] != after
+            and not compactions[at]
+            and contents[at] == messages[-1]
+            and parents[at] not in (-1, after)
+            # each node of the run is the parent of the one after it, none is the
+            # walk's end or a compaction, their messages are the span's, and the
+            # oldest's parent ends the walk
+            and keys[first:below] == parents[first + 1 : below + 1]
+            and after not in keys[first : below + 1]
+            and compactions.count(0, first, below + 1) == size - 1
+            and contents[first : below + 1] == messages[:-1]
+            and parents[first] in (-1, after)
+        )
 
     def messages_of(self, node_id: str) -> int | None:
         """A node's message count, if it is the target of a session ref and was read."""
@@ -368,8 +398,10 @@ class _Positions:
         if at is not None:
             return at
         if near > 0:
+            if self._keys[near - 1] == node:  # the parent read right before: most often
+                return near - 1
             with suppress(ValueError):
-                return self._keys.index(node, max(0, near - self.WINDOW), near)
+                return self._keys.index(node, max(0, near - self.WINDOW), near - 1)
         if self._every is None:
             keys = self._keys
             self._every = dict(zip(keys, range(len(keys)), strict=True))

@@ -118,3 +118,39 @@ def test_a_node_that_nearly_has_the_everyday_shape_is_read_as_parse_node_reads_i
     upper = nodes["upper case"][0]
     assert f"{upper}: message names missing {'CD' * 32}" in problems
     assert len(problems) == 3
+
+
+def test_fsck_checks_spans_over_nodes_read_in_a_row(tmp_path: Path) -> None:
+    """A span over a session's nodes (read one after another, as written) is checked
+    against them with a few comparisons; each kind of wrong list is still found."""
+    path = tmp_path / "store"
+    sid, _, _ = _store(path)
+    with Store.open(path) as s:
+        chain = [entry.node for entry in s.log(sid)][::-1]  # oldest first
+    head, start = chain[20], chain[14]  # a span of the 6 nodes after ``start``, and its own
+    between = [node.content for node in chain[15:21]]
+    own = canonical.dumps({"role": "user", "content": "the span's own"})
+    own_blob = (_id("blob", own), b"blob\0" + own)
+
+    def span_node(after: str | None, listed: list[str]) -> tuple[str, bytes]:
+        span = Span(after, (*listed, own_blob[0]))
+        return _node(node_body("message", head.id, own_blob[0], None, 22, TIME, span=span))
+
+    swapped = [*between]
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    spans = {
+        "right": span_node(start.id, between),
+        "swapped": span_node(start.id, swapped),
+        "one short": span_node(start.id, between[1:]),
+        "one more": span_node(chain[13].id, between),
+        "after too near": span_node(chain[15].id, between),
+        "from the root": span_node(None, between),
+        # The walk stops at ``after``, here the session's first node, which it lists.
+        "lists its after": span_node(chain[0].id, [node.content for node in chain[:21]]),
+    }
+    assert all(_EVERYDAY_NODE.fullmatch(content) for _, content in spans.values())
+    _write_pack(path, [own_blob, *spans.values()])
+    with Store.open(path) as s:
+        problems = {str(p) for p in check_store(s).problems}
+    wrong = {oid for name, (oid, _) in spans.items() if name != "right"}
+    assert problems == {f"{oid}: span does not match the messages before it" for oid in wrong}
