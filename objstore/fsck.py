@@ -172,9 +172,9 @@ class _Seen:
         self.unreadable: set[int] = set()  # read, and failed (reported already)
         self.problems: list[Problem] = []
         self.targets = (array("q"), array("q"), array("q"))  # by kind, as keys
-        # Per part that can be read again: how, and where its targets end in each of
-        # ``targets`` (they start where the previous part's end).
-        self.parts: list[tuple[Callable[[], Iterable[Node]], tuple[int, int, int]]] = []
+        # Per part that can be read again: how, and where its link columns end
+        # (``_ends``; they start where the previous part's end).
+        self.parts: list[tuple[Callable[[], Iterable[Node]], tuple[int, ...]]] = []
         self.spans = fsck_read.Found()  # only its span columns
         self.messages: dict[int, int] = {}
         # Per node read, in reading order (``keys[0]``): its parent's key, its
@@ -198,18 +198,42 @@ class _Seen:
         self.problems += [Problem(oid, what) for oid, what in found.problems]
         for targets, more in zip(self.targets, found.targets, strict=True):
             targets += more
-        if source is not None and any(found.targets):
-            ends = (len(self.targets[0]), len(self.targets[1]), len(self.targets[2]))
-            self.parts.append((source, ends))
         spans = self.spans
         spans.span_nodes += found.span_nodes
         spans.span_after += found.span_after
         spans.span_sizes += found.span_sizes
         spans.span_messages += found.span_messages
-        self.messages.update(found.messages)
         self.parents += found.parents
         self.contents += found.contents
         self.compactions += found.compactions
+        if source is not None and (any(found.targets) or found.nodes):
+            self.parts.append((source, self._ends()))
+        self.messages.update(found.messages)
+
+    def _ends(self) -> tuple[int, ...]:
+        """Where the link columns end now: ``targets`` of each kind, the per-node
+        columns, span starts, span messages (``resolve`` takes each part's slices)."""
+        spans = self.spans
+        return (
+            *map(len, self.targets),
+            len(self.parents),
+            len(spans.span_after),
+            len(spans.span_messages),
+        )
+
+    def _links(
+        self, code: int, start: tuple[int, ...], end: tuple[int, ...]
+    ) -> Iterator[Iterable[int]]:
+        """The targets of kind ``code`` of the links of a part whose columns run from
+        ``start`` to ``end``: ``targets``, and for nodes and blobs the columns."""
+        yield self.targets[code][start[code] : end[code]]
+        kept = (-1).__ne__  # no parent, no span start (an id that is not one is in targets)
+        if code == 0:
+            yield filter(kept, self.parents[start[3] : end[3]])
+            yield filter(kept, self.spans.span_after[start[4] : end[4]])
+        elif code == 1:
+            yield self.contents[start[3] : end[3]]
+            yield self.spans.span_messages[start[5] : end[5]]
 
     def add_checked(
         self,
@@ -239,11 +263,11 @@ class _Seen:
                 have |= self.bad_nodes
             for found in filter(have.__contains__, self._asked):
                 self._kinds.setdefault(found, kind)
-            targets, first = self.targets[code], 0
-            for source, ends in self.parts:
-                if not have.issuperset(targets[first : ends[code]]):
+            start: tuple[int, ...] = (0,) * 6
+            for source, end in self.parts:
+                if not all(map(have.issuperset, self._links(code, start, end))):
                     self._failing.append(source)
-                first = ends[code]
+                start = end
             del have
         self._unique += len(self.unreadable)
         self.targets = (array("q"), array("q"), array("q"))

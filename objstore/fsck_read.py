@@ -96,8 +96,11 @@ class Found:
     """What a part of the store holds, as keys (``key``), and what is wrong in it.
 
     ``targets`` holds, for each kind a link may name (node, blob, file), the keys
-    the part's nodes link to. ``messages``: the message count of each node whose
-    key was asked for."""
+    the part's nodes link to, but for the links of nodes of the everyday shape
+    that the columns below hold already (parent, message, span start and span
+    messages; -1 for none): a node of any other shape puts every link there, so
+    that an id that is not one (its key -1) is looked up and found missing.
+    ``messages``: the message count of each node whose key was asked for."""
 
     count: int = 0  # objects read, an object stored twice counted twice
     content_bytes: int = 0  # of the objects ``Reader.checked`` read
@@ -284,33 +287,25 @@ class Reader:
         return pos
 
     def everyday_node(self, raw: bytes, match: re.Match[bytes]) -> None:
-        """Take apart a node ``_EVERYDAY_NODE`` matched."""
+        """Take apart a node ``_EVERYDAY_NODE`` matched. Its parent, message, span
+        start and span messages are links the columns hold already: only its state
+        goes to ``targets``."""
         message, messages, parent, after, listed, state = match.groups()
         found = self.found
         own = int.from_bytes(raw[:8]) >> 4
         content = int(message[:15], 16)
-        node_targets, blob_targets, _ = found.targets
         found.nodes.append(own)
         found.contents.append(content)
         found.compactions.append(0)
-        blob_targets.append(content)
-        if parent is None:
-            found.parents.append(-1)
-        else:
-            found.parents.append(parent_key := int(parent[:15], 16))
-            node_targets.append(parent_key)
+        found.parents.append(-1 if parent is None else int(parent[:15], 16))
         if state is not None:
-            blob_targets.append(int(state[:15], 16))
+            found.targets[1].append(int(state[:15], 16))
         if own in self.wanted:
             found.messages[own] = int(messages)
         if listed is not None:
-            start_key = -1
-            if after is not None:
-                start_key = int(after[:15], 16)
-                node_targets.append(start_key)
+            start_key = -1 if after is None else int(after[:15], 16)
             # Each listed id is '"' + 64 hex digits + '"', one comma between.
             keys = array("q", [int(listed[at : at + 15], 16) for at in range(1, len(listed), 67)])
-            blob_targets += keys
             found.add_span(raw, start_key, keys)
 
     def corrupt(self, raw: bytes, why: str) -> None:
