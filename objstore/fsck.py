@@ -57,10 +57,10 @@ def check_store(
 ) -> FsckReport:
     """Every problem of the store. Sealed packs are read in parts, each block once,
     by ``workers`` processes side by side (by default one per core for a big store,
-    fsck_read.read_parts); in memory about 120 bytes an object here and a block in
-    each worker. ``progress(done,
-    total)`` is called after each part with ``total`` -1 (not known before the end),
-    then once with both."""
+    fsck_read.read_parts); in memory here about 25 bytes an object while they read
+    (flat arrays of keys, ``_Seen``) and about 75 at the peak after (the set of one
+    kind), and a block in each worker. ``progress(done, total)`` is called after
+    each part with ``total`` -1 (not known before the end), then once with both."""
     start = time.perf_counter()
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -340,8 +340,10 @@ class _Seen:
             messages = spans.span_messages[first : first + size]
             first += size
             at = positions.find(node)
-            if at >= 0 and self._listed_in_a_row(at, positions.find(parents[at]), after, messages):
-                continue
+            if at >= 0 and parents[at] != -1:
+                below = positions.find(parents[at])
+                if self._listed_in_a_row(at, below, after, messages):
+                    continue
             blobs: list[int] = []
             while at >= 0:
                 if keys[at] == after or compactions[at] or len(blobs) > size:
@@ -413,6 +415,7 @@ class _Positions:
         wanted = set(wanted) - self._known.keys()
         keys = self._keys
         places = list(compress(range(len(keys)), map(wanted.__contains__, keys)))
+        self._known.update(dict.fromkeys(wanted, -1))  # not read, unless found now
         # The last place of a key stored twice, as a dict of every node gives.
         self._known.update(zip(map(keys.__getitem__, places), places, strict=True))
 
