@@ -6,10 +6,12 @@ A sealed pack is read in parts (``Part``: a run of its records, or a run of its
 index entries), each by ``read_part``, which a pool of worker processes runs
 side by side when the store is big enough to pay for them (``read_parts``).
 A block is decompressed once and its objects checked in one loop: the hash,
-then for a blob one parse of its JSON, for a node one parse that gives its links.
-Nodes of the everyday shape are taken apart inline; any other goes through
-``nodes.parse_node`` and ``reach.node_links``, which decide exactly as every
-reader does.
+then for a blob one parse of its JSON and one walk of the value (its nesting,
+and the numbers a block's WITHIN_LIMITS claim speaks of). A node as ags writes
+it is matched whole by one regular expression (``_EVERYDAY_NODE``), whose
+groups are its links; a node of a near shape is parsed once and taken apart
+inline; any other goes through ``nodes.parse_node`` and ``reach.node_links``,
+which decide exactly as every reader does.
 
 Ids are remembered as the int of their first 60 bits (``key``): a false match
 needs two ids sharing them, and it only hides a report. What a part sends back
