@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import chain, compress
 
 from . import fsck_read
 from .errors import AgsError, ObjectError
@@ -57,10 +57,10 @@ def check_store(
 ) -> FsckReport:
     """Every problem of the store. Sealed packs are read in parts, each block once,
     by ``workers`` processes side by side (by default one per core for a big store,
-    fsck_read.read_parts); in memory about 120 bytes an object here and a block in
-    each worker. ``progress(done,
-    total)`` is called after each part with ``total`` -1 (not known before the end),
-    then once with both."""
+    fsck_read.read_parts); in memory here about 25 bytes an object while they read
+    (flat arrays of keys, ``_Seen``) and about 75 at the peak after (the set of one
+    kind), and a block in each worker. ``progress(done, total)`` is called after
+    each part with ``total`` -1 (not known before the end), then once with both."""
     start = time.perf_counter()
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -119,6 +119,8 @@ def check_store(
     problems += seen.problems
     for pack, found_problems in zip(packs, pack_problems, strict=True):
         problems += [Problem(pack.path.name, why) for why in found_problems]
+    named = {key(rec.target) for _, rec in refs if isinstance(rec, RefRecord) and rec.target}
+    seen.resolve(chain(named, _reflog_targets(store)))
     problems += seen.link_problems()
     ref_problems = [p for name, rec in refs for p in _ref_problems(name, rec, seen)]
     for name in store.reflog_names():
@@ -147,58 +149,91 @@ def _checked_nodes(items: Iterable[Checked]) -> Iterator[Node]:
                 yield parse_node(oid, result[1])
 
 
+_KINDS = ("node", "blob", "file")  # the order of Found.targets
+
+
 class _Seen:
-    """What the read of every object found (fsck_read.Found, merged): the keys of
-    what was read, by kind, as sets (C-speed membership for millions of links), and
-    per part the keys its nodes link to, kept until the end, when each part whose
-    links do not all name what they must is read again for the exact messages."""
+    """What the read of every object found (fsck_read.Found, merged). While the read
+    goes on, only flat arrays: the keys of what was read, by kind, and the targets
+    of every link, by kind, all parts in a row (8 bytes a key). At the end
+    (``resolve``) the keys of one kind at a time become a set (C-speed membership
+    for millions of links, about 64 bytes a key), and each part's targets of that
+    kind are looked up in it; a part whose links do not all name what they must is
+    read again for the exact messages. One set at a time, not all at once: at 1M
+    messages the sets of every kind took 122 MB together."""
 
     def __init__(self) -> None:
         self.count = 0
         self.unsealed_bytes = 0  # content of the objects read one by one
-        self.nodes: set[int] = set()
+        # Keys read, by kind (node, blob, file): the node keys in reading order, which
+        # the span columns below follow.
+        self.keys = (array("q"), array("q"), array("q"))
         self.bad_nodes: set[int] = set()  # nodes ags cannot read: still nodes, for links
-        self.blobs: set[int] = set()
-        self.files: set[int] = set()
         self.unreadable: set[int] = set()  # read, and failed (reported already)
         self.problems: list[Problem] = []
-        self.links: list[tuple[Callable[[], Iterable[Node]], tuple[array[int], ...]]] = []
+        self.targets = (array("q"), array("q"), array("q"))  # by kind, as keys
+        # Per part that can be read again: how, and where its link columns end
+        # (``_ends``; they start where the previous part's end).
+        self.parts: list[tuple[Callable[[], Iterable[Node]], tuple[int, ...]]] = []
         self.spans = fsck_read.Found()  # only its span columns
         self.messages: dict[int, int] = {}
-        # Per node read, in reading order: its key, its parent's, its content's, and
-        # whether it is a compaction (for span_problems).
-        self.node_keys = array("q")
+        # Per node read, in reading order (``keys[0]``): its parent's key, its
+        # content's, and whether it is a compaction (for span_problems).
         self.parents = array("q")
         self.contents = array("q")
         self.compactions = bytearray()
+        self._asked: set[int] = set()  # keys whose kind ``resolve`` looked up
+        self._kinds: dict[int, str] = {}  # their kinds (those read)
+        self._failing: list[Callable[[], Iterable[Node]]] = []  # parts to read again
+        self._unique = 0
+        self._sets: tuple[set[int], set[int], set[int]] | None = None  # see ``kind``
 
     def add(self, found: fsck_read.Found, source: Callable[[], Iterable[Node]] | None) -> None:
         """Merge what a part found; ``source`` reads its nodes again."""
         self.count += found.count
-        self.nodes.update(found.nodes)
+        for keys, read in zip(self.keys, (found.nodes, found.blobs, found.files), strict=True):
+            keys += read
         self.bad_nodes.update(found.bad_nodes)
-        self.blobs.update(found.blobs)
-        self.files.update(found.files)
         self.unreadable.update(found.unreadable)
         self.problems += [Problem(oid, what) for oid, what in found.problems]
-        # Links to what was read already are checked now; only the rest is kept.
-        kinds = (self.nodes, self.blobs, self.files)
-        left = tuple(
-            array("q", filterfalse(have.__contains__, want))
-            for have, want in zip(kinds, found.targets, strict=True)
-        )
-        if source is not None and any(left):
-            self.links.append((source, left))
+        for targets, more in zip(self.targets, found.targets, strict=True):
+            targets += more
         spans = self.spans
         spans.span_nodes += found.span_nodes
         spans.span_after += found.span_after
         spans.span_sizes += found.span_sizes
         spans.span_messages += found.span_messages
-        self.messages.update(found.messages)
-        self.node_keys += found.nodes
         self.parents += found.parents
         self.contents += found.contents
         self.compactions += found.compactions
+        if source is not None and (any(found.targets) or found.nodes):
+            self.parts.append((source, self._ends()))
+        self.messages.update(found.messages)
+
+    def _ends(self) -> tuple[int, ...]:
+        """Where the link columns end now: ``targets`` of each kind, the per-node
+        columns, span starts, span messages (``resolve`` takes each part's slices)."""
+        spans = self.spans
+        return (
+            *map(len, self.targets),
+            len(self.parents),
+            len(spans.span_after),
+            len(spans.span_messages),
+        )
+
+    def _links(
+        self, code: int, start: tuple[int, ...], end: tuple[int, ...]
+    ) -> Iterator[Iterable[int]]:
+        """The targets of kind ``code`` of the links of a part whose columns run from
+        ``start`` to ``end``: ``targets``, and for nodes and blobs the columns."""
+        yield self.targets[code][start[code] : end[code]]
+        kept = (-1).__ne__  # no parent, no span start (an id that is not one is in targets)
+        if code == 0:
+            yield filter(kept, self.parents[start[3] : end[3]])
+            yield filter(kept, self.spans.span_after[start[4] : end[4]])
+        elif code == 1:
+            yield self.contents[start[3] : end[3]]
+            yield self.spans.span_messages[start[5] : end[5]]
 
     def add_checked(
         self,
@@ -216,31 +251,54 @@ class _Seen:
         self.unsealed_bytes += reader.found.content_bytes
         self.add(reader.found, lambda: _checked_nodes(again()))
 
+    def resolve(self, asked: Iterable[int]) -> None:
+        """After the read: look up every part's link targets, one kind at a time, and
+        the kind of each key of ``asked`` (what refs and reflogs name)."""
+        self._asked = set(asked)
+        for code, kind in enumerate(_KINDS):
+            have = set(self.keys[code])
+            self._unique += len(have)
+            if code == 0:
+                self._unique += len(self.bad_nodes)
+                have |= self.bad_nodes
+            for found in filter(have.__contains__, self._asked):
+                self._kinds.setdefault(found, kind)
+            start: tuple[int, ...] = (0,) * 6
+            for source, end in self.parts:
+                if not all(map(have.issuperset, self._links(code, start, end))):
+                    self._failing.append(source)
+                start = end
+            del have
+        self._unique += len(self.unreadable)
+        self.targets = (array("q"), array("q"), array("q"))
+
     def kind(self, target: int) -> str | None:
-        if target in self.nodes or target in self.bad_nodes:
-            return "node"
-        if target in self.blobs:
-            return "blob"
-        return "file" if target in self.files else None
+        if target in self._asked:
+            return self._kinds.get(target)
+        # A key ``resolve`` was not asked about (a link of a part read again, or a
+        # reflog line written since): the sets of every kind, made once.
+        if self._sets is None:
+            nodes = set(self.keys[0]) | self.bad_nodes
+            self._sets = (nodes, set(self.keys[1]), set(self.keys[2]))
+        for have, kind in zip(self._sets, _KINDS, strict=True):
+            if target in have:
+                return kind
+        return None
 
     def known(self, target: int) -> bool:
         return self.kind(target) is not None or target in self.unreadable
 
     def unique(self) -> int:
-        return (
-            len(self.nodes) + len(self.bad_nodes) + len(self.blobs) + len(self.files)
-            + len(self.unreadable)
-        )  # fmt: skip
+        """Objects read, each counted once (known after ``resolve``)."""
+        return self._unique
 
     def link_problems(self) -> list[Problem]:
-        """Every link that names a missing object or one of the wrong kind. A part
-        whose links all name what they must costs three subset tests in C; any other
-        is read again, and each of its nodes checked link by link."""
+        """Every link that names a missing object or one of the wrong kind: each node
+        of each part ``resolve`` found a link of that does not name what it must,
+        read again and checked link by link."""
         problems = []
-        kinds = (self.nodes, self.blobs, self.files)
-        for source, targets in self.links:
-            if all(have.issuperset(want) for have, want in zip(kinds, targets, strict=True)):
-                continue
+        failing, self._failing = list(dict.fromkeys(self._failing)), []
+        for source in failing:
             for node in source():
                 problems += self._node_link_problems(node)
         return problems
@@ -258,38 +316,123 @@ class _Seen:
 
     def span_problems(self) -> list[Problem]:
         """A span must list exactly the message blobs between its start and its node:
-        each is walked back through the nodes read, found by key (a pack merged by gc
-        or repack keeps no session's nodes together). Run last: it lets go of the
-        sets, which only the links and refs need, before it makes its own."""
-        self.nodes, self.bad_nodes, self.blobs, self.files = set(), set(), set(), set()
+        each is walked back through the nodes read, found by key (``_Positions``).
+        Run last: it lets go of what only the links and refs need (the keys of blobs
+        and files, any sets) before it makes its own."""
+        self._sets = None
+        self.keys = (self.keys[0], array("q"), array("q"))
         keys, parents, contents, compactions = (
-            self.node_keys,
+            self.keys[0],
             self.parents,
             self.contents,
             self.compactions,
         )
-        position = dict(zip(keys, range(len(keys)), strict=True)).get
+        spans = self.spans
+        span_keys = [
+            key(spans.span_nodes[at : at + 32].hex()) for at in range(0, len(spans.span_nodes), 32)
+        ]
+        positions = _Positions(keys, set(span_keys), compactions)
+        positions.add(parents[at] for at in map(positions.find, span_keys) if at >= 0)
         problems = []
-        spans, first = self.spans, 0
-        columns = zip(spans.span_after, spans.span_sizes, strict=True)
-        for number, (after, size) in enumerate(columns):
-            oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
-            messages = spans.span_messages[first : first + size].tolist()
+        first = 0
+        columns = zip(span_keys, spans.span_after, spans.span_sizes, strict=True)
+        for number, (node, after, size) in enumerate(columns):
+            messages = spans.span_messages[first : first + size]
             first += size
+            at = positions.find(node)
+            if at >= 0 and parents[at] != -1:
+                below = positions.find(parents[at])
+                if self._listed_in_a_row(at, below, after, messages):
+                    continue
             blobs: list[int] = []
-            at = position(key(oid), -1)
             while at >= 0:
                 if keys[at] == after or compactions[at] or len(blobs) > size:
                     break
                 blobs.append(contents[at])
-                at = position(parents[at], -1) if parents[at] != -1 else -1
-            if blobs[::-1] != messages:
+                parent = parents[at]
+                if parent == -1 or parent == after:
+                    break  # the walk would stop at the parent, read or not
+                at = positions.find(parent, at)
+            if blobs[::-1] != messages.tolist():
+                oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
                 problems.append(Problem(oid, "span does not match the messages before it"))
         return problems
+
+    def _listed_in_a_row(self, at: int, below: int, after: int, messages: array[int]) -> bool:
+        """Whether the walk of span_problems from the span node at ``at`` would find
+        ``messages``, when its other nodes were read in a row, oldest first, ending
+        at ``below`` (the place of its parent): what a session's nodes are. Checked
+        with a few comparisons of array slices, in C, instead of a step a node; any
+        other span (False) is walked."""
+        keys, parents, contents, compactions = (
+            self.keys[0], self.parents, self.contents, self.compactions,
+        )  # fmt: skip
+        size = len(messages)
+        first = below - size + 2  # the place of the oldest node of the span
+        return (
+            size >= 2
+            and first >= 0
+            and keys[at] != after
+            and not compactions[at]
+            and contents[at] == messages[-1]
+            and parents[at] not in (-1, after)
+            # each node of the run is the parent of the one after it, none is the
+            # walk's end or a compaction, their messages are the span's, and the
+            # oldest's parent ends the walk
+            and keys[first:below] == parents[first + 1 : below + 1]
+            and after not in keys[first : below + 1]
+            and compactions.count(0, first, below + 1) == size - 1
+            and contents[first : below + 1] == messages[:-1]
+            and parents[first] in (-1, after)
+        )
 
     def messages_of(self, node_id: str) -> int | None:
         """A node's message count, if it is the target of a session ref and was read."""
         return self.messages.get(key(node_id))
+
+
+class _Positions:
+    """Where a node is in the reading order (its index in ``keys``), for the walks of
+    spans. A session's nodes are written one after another, and a pack keeps them
+    so, so a walk's next node (the parent) is first looked for among the WINDOW
+    read just before the node it comes from, in C (``array.index``); the starts of
+    the walks (span nodes and their parents) and compactions are found once, in
+    one pass each. Only a node found neither way makes the dict of every node's
+    place: at 1M messages that dict took about 100 MB."""
+
+    WINDOW = 64
+
+    def __init__(self, keys: array[int], starts: set[int], compactions: bytearray) -> None:
+        self._keys = keys
+        self._known: dict[int, int] = {}
+        self._every: dict[int, int] | None = None
+        self.add(starts)
+        places = list(compress(range(len(keys)), compactions))
+        self._known.update(zip(map(keys.__getitem__, places), places, strict=True))
+
+    def add(self, wanted: Iterable[int]) -> None:
+        """Find the place of each key of ``wanted`` now, in one pass."""
+        wanted = set(wanted) - self._known.keys()
+        keys = self._keys
+        places = list(compress(range(len(keys)), map(wanted.__contains__, keys)))
+        self._known.update(dict.fromkeys(wanted, -1))  # not read, unless found now
+        # The last place of a key stored twice, as a dict of every node gives.
+        self._known.update(zip(map(keys.__getitem__, places), places, strict=True))
+
+    def find(self, node: int, near: int = 0) -> int:
+        """The place of ``node`` (-1: not read), looked for first just before ``near``."""
+        at = self._known.get(node)
+        if at is not None:
+            return at
+        if near > 0:
+            if self._keys[near - 1] == node:  # the parent read right before: most often
+                return near - 1
+            with suppress(ValueError):
+                return self._keys.index(node, max(0, near - self.WINDOW), near - 1)
+        if self._every is None:
+            keys = self._keys
+            self._every = dict(zip(keys, range(len(keys)), strict=True))
+        return self._every.get(node, -1)
 
 
 def _read_ref(store: Store, name: str) -> RefRecord | None | AgsError:
@@ -300,6 +443,15 @@ def _read_ref(store: Store, name: str) -> RefRecord | None | AgsError:
     except AgsError as e:
         return e
     return rec
+
+
+def _reflog_targets(store: Store) -> Iterator[int]:
+    """The key of every node a reflog names."""
+    for name in store.reflog_names():
+        for entry in store.reflog_entries(name):
+            for value in (entry.old, entry.new):
+                if value and names_node(value):
+                    yield key(value)
 
 
 def _reflog_problems(store: Store, name: str, seen: _Seen) -> list[Problem]:

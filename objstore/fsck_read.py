@@ -6,10 +6,12 @@ A sealed pack is read in parts (``Part``: a run of its records, or a run of its
 index entries), each by ``read_part``, which a pool of worker processes runs
 side by side when the store is big enough to pay for them (``read_parts``).
 A block is decompressed once and its objects checked in one loop: the hash,
-then for a blob one parse of its JSON, for a node one parse that gives its links.
-Nodes of the everyday shape are taken apart inline; any other goes through
-``nodes.parse_node`` and ``reach.node_links``, which decide exactly as every
-reader does.
+then for a blob one parse of its JSON and one walk of the value (its nesting,
+and the numbers a block's WITHIN_LIMITS claim speaks of). A node as ags writes
+it is matched whole by one regular expression (``_EVERYDAY_NODE``), whose
+groups are its links; a node of a near shape is parsed once and taken apart
+inline; any other goes through ``nodes.parse_node`` and ``reach.node_links``,
+which decide exactly as every reader does.
 
 Ids are remembered as the int of their first 60 bits (``key``): a false match
 needs two ids sharing them, and it only hides a report. What a part sends back
@@ -21,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.pool
 import os
+import re
 import signal
 import struct
 import threading
@@ -35,7 +38,7 @@ import orjson
 
 from . import objects
 from .errors import NestingTooDeep, ObjectError
-from .limits import MAX_DEPTH, check_json_text, depth_exceeds, read_exactly, value_read_exactly
+from .limits import MAX_DEPTH, TOO_DEEP, check_json_text, read_exactly, unusual
 from .nodes import Node, parse_node
 from .pack_format import (
     BLOCK_ENTRY_HEAD,
@@ -61,8 +64,23 @@ POOL_BYTES: Final = 16 << 20  # less pack than this is read in the calling proce
 # head offsets for RECORDS, entry numbers for INDEX.
 Part = tuple[int, int, int, int]
 
-_TOO_DEEP: Final = f"is not a blob ags can read: {NestingTooDeep(MAX_DEPTH)}"
+_NESTED_TOO_DEEP: Final = f"is not a blob ags can read: {NestingTooDeep(MAX_DEPTH)}"
 _KIND_CODES: Final = {"node": 0, "blob": 1, "file": 2}  # what a link may name (Link.kind)
+
+_ID: Final = rb'"([0-9a-f]{64})"'
+_ID_OR_NULL: Final = rb'(?:null|"([0-9a-f]{64})")'
+_EVERYDAY_NODE: Final = re.compile(
+    rb'node\x00\{"message":' + _ID + rb',"messages":(0|[1-9][0-9]{0,17}),'
+    rb'"meta":\{"time":"[0-9A-Za-z:.+-]*"\},"parent":' + _ID_OR_NULL + rb","
+    rb'(?:"span":\{"after":' + _ID_OR_NULL + rb',"messages":\[((?:"[0-9a-f]{64}",)*'
+    rb'"[0-9a-f]{64}"|)\]\},)?"state":' + _ID_OR_NULL + rb',"type":"message"\}'
+)
+"""The content of a message node as ags writes it (canonical JSON, FORMAT.md 4.1),
+matched in one C call: a match is JSON that ``parse_node`` reads (three levels deep,
+one integer below 10**18, every id 64 lowercase hex digits), and its groups are the
+message id, the message count, the parent id, the span's ``after`` and listed
+message ids (``"id","id"``), and the state id. A node of any other shape, or
+written any other way, is parsed (``Reader.node``)."""
 
 
 def key(oid: object) -> int:
@@ -80,8 +98,11 @@ class Found:
     """What a part of the store holds, as keys (``key``), and what is wrong in it.
 
     ``targets`` holds, for each kind a link may name (node, blob, file), the keys
-    the part's nodes link to. ``messages``: the message count of each node whose
-    key was asked for."""
+    the part's nodes link to, but for the links of nodes of the everyday shape
+    that the columns below hold already (parent, message, span start and span
+    messages; -1 for none): a node of any other shape puts every link there, so
+    that an id that is not one (its key -1) is looked up and found missing.
+    ``messages``: the message count of each node whose key was asked for."""
 
     count: int = 0  # objects read, an object stored twice counted twice
     content_bytes: int = 0  # of the objects ``Reader.checked`` read
@@ -214,7 +235,7 @@ class Reader:
         unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
         view = memoryview(content)
         hashed, loads, from_bytes = blake3.blake3, orjson.loads, int.from_bytes
-        starts, count = content.startswith, content.count
+        starts, everyday = content.startswith, _EVERYDAY_NODE.fullmatch
         blobs, files = found.blobs, found.files
         placed = placements = objects = 0
         pos = 0
@@ -236,12 +257,15 @@ class Reader:
                 except orjson.JSONDecodeError:
                     self.blob_problem(raw, view[pos + 5 : end])
                 else:
-                    if count(b"[", pos, end) + count(b"{", pos, end) > MAX_DEPTH and depth_exceeds(
-                        value, MAX_DEPTH
-                    ):
-                        self.problem(raw, _TOO_DEEP)
-                    if unclaimed is not None and not value_read_exactly(value):
+                    # One walk answers both: nesting within the limit, and (for a
+                    # block's claim) no number orjson may have read inexactly.
+                    found_in_it = unusual(value)
+                    if found_in_it == TOO_DEEP:
+                        self.problem(raw, _NESTED_TOO_DEEP)
+                    if found_in_it and unclaimed is not None:
                         unclaimed.append(raw.hex())
+            elif (match := everyday(content, pos, end)) is not None:
+                self.everyday_node(raw, match)  # within the claim: no big number
             elif starts(b"node\0", pos):
                 self.node(raw, content, pos + 5, end)
                 if unclaimed is not None and not read_exactly(content[pos + 5 : end]):
@@ -263,6 +287,28 @@ class Reader:
         found.placed += placed
         found.placements += placements
         return pos
+
+    def everyday_node(self, raw: bytes, match: re.Match[bytes]) -> None:
+        """Take apart a node ``_EVERYDAY_NODE`` matched. Its parent, message, span
+        start and span messages are links the columns hold already: only its state
+        goes to ``targets``."""
+        message, messages, parent, after, listed, state = match.groups()
+        found = self.found
+        own = int.from_bytes(raw[:8]) >> 4
+        content = int(message[:15], 16)
+        found.nodes.append(own)
+        found.contents.append(content)
+        found.compactions.append(0)
+        found.parents.append(-1 if parent is None else int(parent[:15], 16))
+        if state is not None:
+            found.targets[1].append(int(state[:15], 16))
+        if own in self.wanted:
+            found.messages[own] = int(messages)
+        if listed is not None:
+            start_key = -1 if after is None else int(after[:15], 16)
+            # Each listed id is '"' + 64 hex digits + '"', one comma between.
+            keys = array("q", [int(listed[at : at + 15], 16) for at in range(1, len(listed), 67)])
+            found.add_span(raw, start_key, keys)
 
     def corrupt(self, raw: bytes, why: str) -> None:
         self.found.unreadable.append(int.from_bytes(raw[:8]) >> 4)

@@ -21,8 +21,8 @@ together takes about 2**64, but only a node taken as marked loses anything
 (blobs and files link to nothing), and a node's bytes are the store's to
 write (its parent, its time), not something to try 2**64 times.
 
-fsck keeps less still (the first 60 bits of an id, fsck.py ``_Seen``) because
-a false match there only hides a report.
+fsck keeps less still (the first 60 bits of an id, ``fsck_read.key``, in the sets
+of fsck.py ``_Seen``) because a false match there only hides a report.
 """
 
 from __future__ import annotations

@@ -101,9 +101,9 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
                 # costs less than counting brackets in the text, and a context is
                 # thousands of short texts.
                 found = _unusual(value, max_depth)
-                if found == _TOO_DEEP:
+                if found == TOO_DEEP:
                     raise NestingTooDeep(max_depth)
-                if found == _BIG_FLOAT:  # perhaps an integer beyond 64 bits: read it exactly
+                if found == BIG_FLOAT:  # perhaps an integer beyond 64 bits: read it exactly
                     value = _standard(text, max_depth, options)
                 return value
             if _holds_a_big_float(value):
@@ -156,6 +156,14 @@ def value_read_exactly(value: Any) -> bool:
     return _unusual(value, MAX_DEPTH) == 0
 
 
+def unusual(value: Any) -> int:
+    """What one walk of a value orjson has read finds: TOO_DEEP if it nests deeper
+    than MAX_DEPTH (``depth_exceeds``), else BIG_FLOAT if it holds a number orjson
+    may have read inexactly (not ``value_read_exactly``), else 0. For fsck, which
+    asks both of every blob."""
+    return _unusual(value, MAX_DEPTH)
+
+
 def parse_json_many(texts: list[bytes], max_depth: int = MAX_DEPTH) -> list[Any]:
     """``[parse_json(t, max_depth) for t in texts]``, with less work per text for the
     common case (a context is thousands of short texts): a text orjson cannot read,
@@ -177,16 +185,16 @@ def parse_json_many(texts: list[bytes], max_depth: int = MAX_DEPTH) -> list[Any]
 
 
 _BIG: Final = float(2**63)
-_BIG_FLOAT: Final = 1
-_TOO_DEEP: Final = 2
+BIG_FLOAT: Final = 1
+TOO_DEEP: Final = 2
 # ``_unusual`` recurses once per level, up to ``max_depth`` + 1 calls deep: a limit
 # at or beyond this is checked by the iterative walks instead.
 _WALK_DEPTH: Final = 200
 
 
 def _unusual(value: Any, max_depth: int, depth: int = 0) -> int:
-    """_TOO_DEEP if ``value`` nests containers deeper than ``max_depth`` (``depth``
-    containers already around it), else _BIG_FLOAT if it holds a float of at least
+    """TOO_DEEP if ``value`` nests containers deeper than ``max_depth`` (``depth``
+    containers already around it), else BIG_FLOAT if it holds a float of at least
     2**63 in size (what orjson makes of an integer beyond 64 bits), else 0."""
     kind = type(value)
     if kind is dict:
@@ -194,20 +202,20 @@ def _unusual(value: Any, max_depth: int, depth: int = 0) -> int:
     elif kind is list:
         items = value
     else:
-        return _BIG_FLOAT if kind is float and not -_BIG < value < _BIG else 0
+        return BIG_FLOAT if kind is float and not -_BIG < value < _BIG else 0
     depth += 1
     if depth > max_depth:
-        return _TOO_DEEP
+        return TOO_DEEP
     found = 0
     for item in items:  # only containers recurse: a context is millions of items
         kind = type(item)
         if kind is dict or kind is list:
             inner = _unusual(item, max_depth, depth)
-            if inner == _TOO_DEEP:
+            if inner == TOO_DEEP:
                 return inner
             found = found or inner
         elif kind is float and not -_BIG < item < _BIG:
-            found = _BIG_FLOAT
+            found = BIG_FLOAT
     return found
 
 

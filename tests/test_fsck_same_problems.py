@@ -213,7 +213,10 @@ def test_ctrl_c_stops_fsck_and_its_workers(tmp_path: Path) -> None:
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"started\n"
     time.sleep(1.5)
-    children = _children(proc.pid)
+    # Each fsck of this store starts a pool and ends it: wait for one that runs.
+    deadline = time.monotonic() + 10
+    while not (children := _children(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert children, "no worker processes"
     os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: to the whole process group
     _out, err = proc.communicate(timeout=30)
