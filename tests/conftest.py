@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import blake3
@@ -21,6 +22,13 @@ from objstore.pack_format import (
     parse_index,
 )
 from objstore.packs import rebuild_index
+
+# Ctrl-C as a terminal sends it. A script's `pytest &` starts pytest with SIGINT
+# ignored, and an ignored signal stays ignored in every process it starts: the
+# tests that press Ctrl-C on fsck would see nothing happen. A handler here is
+# reset to the default in each child, as a process started from a terminal has it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def store_with_damaged_message(path: Path, text: str) -> tuple[str, str, Path]:
