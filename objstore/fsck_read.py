@@ -498,7 +498,7 @@ def _pool(workers: int) -> multiprocessing.pool.Pool:
     """A pool of forked workers, built with Ctrl-C held back. A KeyboardInterrupt
     inside ``Pool()``, after its threads start but before it can be terminated,
     leaves a thread that forks new workers while the interpreter exits and waits
-    for them: the process hangs. Held back, the Ctrl-C lands once the pool exists,
+    for them: the process can hang. Held back, the Ctrl-C lands once the pool exists,
     in the ``with`` that stops it. The pool's threads, and the workers they fork,
     start with it held back too (a thread inherits the mask of its creator)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
