@@ -5,32 +5,15 @@ read as every reader reads it."""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
-import blake3
+from hand_packs import node_object, object_id, write_pack
 
 from objstore import Store, canonical, check_store
 from objstore.fsck_read import _EVERYDAY_NODE
 from objstore.nodes import Span, node_body, parse_node
-from objstore.packs import encode_block_pack
 
 TIME = {"time": "2026-12-01T08:51:13.259Z"}  # the meta of every node an append writes
-
-
-def _id(kind: str, body: bytes) -> str:
-    return blake3.blake3(kind.encode() + b"\0" + body).hexdigest()
-
-
-def _node(body: bytes) -> tuple[str, bytes]:
-    return _id("node", body), b"node\0" + body
-
-
-def _write_pack(store: Path, contents: list[tuple[str, bytes]]) -> None:
-    pack, index = encode_block_pack(contents)
-    name = store / "objects" / "pack" / f"pack-{secrets.token_hex(16)}"
-    name.with_suffix(".idx").write_bytes(index)
-    name.with_suffix(".pack").write_bytes(pack)
 
 
 def _store(path: Path) -> tuple[str, str, str]:
@@ -59,23 +42,23 @@ def test_fsck_finds_damage_in_nodes_of_the_everyday_shape(tmp_path: Path) -> Non
     _, real_node, message = _store(path)
     missing = "ab" * 32
     blob_body = canonical.dumps({"role": "user", "content": "fine"})
-    blob = (_id("blob", blob_body), b"blob\0" + blob_body)
-    orphan = _node(node_body("message", missing, blob[0], None, 1, TIME))
-    wrong_kind = _node(node_body("message", None, real_node, None, 1, TIME))
-    no_state = _node(node_body("message", None, blob[0], missing, 1, TIME))
-    bad_span = _node(
+    blob = (object_id("blob", blob_body), b"blob\0" + blob_body)
+    orphan = node_object(node_body("message", missing, blob[0], None, 1, TIME))
+    wrong_kind = node_object(node_body("message", None, real_node, None, 1, TIME))
+    no_state = node_object(node_body("message", None, blob[0], missing, 1, TIME))
+    bad_span = node_object(
         node_body("message", real_node, blob[0], None, 5, TIME, span=Span(None, (blob[0], message)))
     )
-    span_after_missing = _node(
+    span_after_missing = node_object(
         node_body("message", real_node, blob[0], None, 5, TIME, span=Span(missing, (blob[0],)))
     )
     crafted = [orphan, wrong_kind, no_state, bad_span, span_after_missing]
     assert all(_EVERYDAY_NODE.fullmatch(content) for _, content in crafted)
     # A pack each: links are checked by part, and a part is read again, node by node,
     # only if some link of it names what it must not; so each must be found alone.
-    _write_pack(path, [blob])
+    write_pack(path, [blob])
     for node in crafted:
-        _write_pack(path, [node])
+        write_pack(path, [node])
     with Store.open(path) as s:
         problems = {str(p) for p in check_store(s).problems}
     assert problems == {
@@ -102,9 +85,9 @@ def test_a_node_that_nearly_has_the_everyday_shape_is_read_as_parse_node_reads_i
         # An id one digit short: a link to nothing.
         "short id": everyday.replace(b"cd" * 32, b"cd" * 31 + b"c"),
     }
-    nodes = {name: _node(body) for name, body in near.items()}
+    nodes = {name: node_object(body) for name, body in near.items()}
     assert not any(_EVERYDAY_NODE.fullmatch(content) for _, content in nodes.values())
-    _write_pack(path, list(nodes.values()))
+    write_pack(path, list(nodes.values()))
     with Store.open(path) as s:
         problems = {str(p) for p in check_store(s).problems}
     oid = nodes["leading zero"][0]
@@ -130,11 +113,11 @@ def test_fsck_checks_spans_over_nodes_read_in_a_row(tmp_path: Path) -> None:
     head, start = chain[20], chain[14]  # a span of the 6 nodes after ``start``, and its own
     between = [node.content for node in chain[15:21]]
     own = canonical.dumps({"role": "user", "content": "the span's own"})
-    own_blob = (_id("blob", own), b"blob\0" + own)
+    own_blob = (object_id("blob", own), b"blob\0" + own)
 
     def span_node(after: str | None, listed: list[str]) -> tuple[str, bytes]:
         span = Span(after, (*listed, own_blob[0]))
-        return _node(node_body("message", head.id, own_blob[0], None, 22, TIME, span=span))
+        return node_object(node_body("message", head.id, own_blob[0], None, 22, TIME, span=span))
 
     swapped = [*between]
     swapped[1], swapped[2] = swapped[2], swapped[1]
@@ -149,7 +132,7 @@ def test_fsck_checks_spans_over_nodes_read_in_a_row(tmp_path: Path) -> None:
         "lists its after": span_node(chain[0].id, [node.content for node in chain[:21]]),
     }
     assert all(_EVERYDAY_NODE.fullmatch(content) for _, content in spans.values())
-    _write_pack(path, [own_blob, *spans.values()])
+    write_pack(path, [own_blob, *spans.values()])
     with Store.open(path) as s:
         problems = {str(p) for p in check_store(s).problems}
     wrong = {oid for name, (oid, _) in spans.items() if name != "right"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -24,32 +23,11 @@ from pathlib import Path
 
 import blake3
 import pytest
+from hand_packs import blob_object, node_object, object_id, write_pack
 
 from objstore import Store, canonical, check_store
 from objstore.limits import check_json_text
 from objstore.nodes import Span, node_body
-from objstore.packs import encode_block_pack
-
-
-def _id(kind: str, body: bytes) -> str:
-    return blake3.blake3(kind.encode() + b"\0" + body).hexdigest()
-
-
-def _blob(value: object) -> tuple[str, bytes]:
-    body = canonical.dumps(value)
-    return _id("blob", body), b"blob\0" + body
-
-
-def _node(body: bytes) -> tuple[str, bytes]:
-    return _id("node", body), b"node\0" + body
-
-
-def _write_pack(store: Path, contents: list[tuple[str, bytes]]) -> Path:
-    pack, index = encode_block_pack(contents)
-    name = store / "objects" / "pack" / f"pack-{secrets.token_hex(16)}"
-    name.with_suffix(".idx").write_bytes(index)
-    name.with_suffix(".pack").write_bytes(pack)
-    return name.with_suffix(".pack")
 
 
 def _damaged_store(path: Path, index_past_end: bool = True) -> dict[str, object]:
@@ -70,18 +48,18 @@ def _damaged_store(path: Path, index_past_end: bool = True) -> dict[str, object]
         assert len(sealed) == 2
         first_pack, second_pack = sealed[0].path, sealed[1].path
     missing = "ab" * 32
-    ok_blob, ok_blob_content = _blob({"role": "user", "content": "fine"})
-    tampered = _blob({"role": "user", "content": "before"})[0], b'blob\0{"content":"after"}'
-    bad_json = _id("blob", b"{not json"), b"blob\0{not json"
+    ok_blob, ok_blob_content = blob_object({"role": "user", "content": "fine"})
+    tampered = blob_object({"role": "user", "content": "before"})[0], b'blob\0{"content":"after"}'
+    bad_json = object_id("blob", b"{not json"), b"blob\0{not json"
     deep_body = b"[" * 101 + b"]" * 101
-    too_deep = _id("blob", deep_body), b"blob\0" + deep_body
-    odd_kind = _id("thing", b"x"), b"thing\0x"
+    too_deep = object_id("blob", deep_body), b"blob\0" + deep_body
+    odd_kind = object_id("thing", b"x"), b"thing\0x"
     file_body = os.urandom(64)
-    a_file = _id("file", file_body), b"file\0" + file_body
-    orphan = _node(node_body("message", missing, ok_blob, None, 1, {}))
-    wrong_kind = _node(node_body("message", None, real_node, None, 1, {}))
-    not_a_node = _node(b'{"type":"message"}')
-    files_node = _node(
+    a_file = object_id("file", file_body), b"file\0" + file_body
+    orphan = node_object(node_body("message", missing, ok_blob, None, 1, {}))
+    wrong_kind = node_object(node_body("message", None, real_node, None, 1, {}))
+    not_a_node = node_object(b'{"type":"message"}')
+    files_node = node_object(
         canonical.dumps(
             {
                 "type": "message",
@@ -94,7 +72,7 @@ def _damaged_store(path: Path, index_past_end: bool = True) -> dict[str, object]
             }
         )
     )
-    bad_span = _node(
+    bad_span = node_object(
         node_body(
             "message", real_node, ok_blob, None, 5, {}, span=Span(None, (ok_blob, message_of_real))
         )
@@ -103,7 +81,7 @@ def _damaged_store(path: Path, index_past_end: bool = True) -> dict[str, object]
         (ok_blob, ok_blob_content), tampered, bad_json, too_deep, odd_kind, a_file,
         orphan, wrong_kind, not_a_node, files_node, bad_span,
     ]  # fmt: skip
-    third = _write_pack(path, contents)
+    third = write_pack(path, contents)
     # A damaged frame: one byte flipped in the middle of the second pack's first block.
     data = bytearray(second_pack.read_bytes())
     data[200] ^= 0x55
@@ -189,12 +167,7 @@ def test_fsck_in_parts_and_whole_list_exactly_the_same(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_fsck_and_its_workers(tmp_path: Path) -> None:
-    path = tmp_path / "store"
-    with Store.open(path) as s, s.batch():
-        for n in range(30):
-            sid = s.new_session(title=f"s{n}")
-            for i in range(400):
-                s.append(sid, {"role": "user", "content": f"{n} {i} " + os.urandom(300).hex()})
+    path = _random_sessions(tmp_path / "store", 30, 400)
     code = (
         "import sys\n"
         "from objstore import Store, check_store\n"
@@ -205,12 +178,7 @@ def test_ctrl_c_stops_fsck_and_its_workers(tmp_path: Path) -> None:
         "    while True:\n"
         "        check_store(s, workers=2)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _start_alone(code, path)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"started\n"
@@ -242,12 +210,7 @@ def test_a_ctrl_c_while_the_pool_starts_stops_fsck(tmp_path: Path) -> None:
     race between that thread and the interpreter's exit: without the fix this test
     hung when it was written, and passed in a later try, so it catches the hang
     only some of the time; it always checks that fsck stops cleanly there."""
-    path = tmp_path / "store"
-    with Store.open(path) as s, s.batch():
-        for n in range(4):
-            sid = s.new_session(title=f"s{n}")
-            for i in range(200):
-                s.append(sid, {"role": "user", "content": f"{n} {i} " + os.urandom(300).hex()})
+    path = _random_sessions(tmp_path / "store", 4, 200)
     code = (
         "import os, signal, sys\n"
         "import multiprocessing.pool as mp_pool\n"
@@ -264,12 +227,7 @@ def test_a_ctrl_c_while_the_pool_starts_stops_fsck(tmp_path: Path) -> None:
         "    check_store(s, workers=2)\n"
         "print('fsck ended', flush=True)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = _start_alone(code, path)
     try:
         out, err = proc.communicate(timeout=60)
     finally:
@@ -277,6 +235,27 @@ def test_a_ctrl_c_while_the_pool_starts_stops_fsck(tmp_path: Path) -> None:
     assert out == b""
     assert err.rstrip().endswith(b"KeyboardInterrupt"), err
     assert b"PoolWorker" not in err
+
+
+def _random_sessions(path: Path, sessions: int, messages: int) -> Path:
+    """A store of ``sessions`` sessions of ``messages`` messages that do not compress."""
+    with Store.open(path) as s, s.batch():
+        for n in range(sessions):
+            sid = s.new_session(title=f"s{n}")
+            for i in range(messages):
+                s.append(sid, {"role": "user", "content": f"{n} {i} " + os.urandom(300).hex()})
+    return path
+
+
+def _start_alone(code: str, path: Path) -> subprocess.Popen[bytes]:
+    """Python running ``code`` on the store at ``path``, in a session (and process group)
+    of its own, as a command started from a terminal is: Ctrl-C goes to its group."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
