@@ -48,7 +48,7 @@ from .errors import (
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
 from .objects import LIVE_LEVEL
-from .pack_format import RECORD_HEAD
+from .pack_format import RECORD_HEAD, block_piece
 from .packs import (
     MAX_PACK_BYTES,
     BlockPackWriter,
@@ -813,7 +813,7 @@ class ObjectStore:
                     for oid, inner, length in members:
                         if not wanted(oid):
                             continue
-                        piece = content[inner : inner + length]
+                        piece = block_piece(content, inner, length)
                         try:
                             objects.verified(oid, piece)
                         except CorruptObject:

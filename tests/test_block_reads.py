@@ -35,6 +35,7 @@ from objstore.pack_format import (
     TYPE_BLOCK,
     WITHIN_LIMITS,
     block_claim,
+    block_piece,
     encode_claim,
     iter_block,
     parse_index,
@@ -114,7 +115,7 @@ def test_a_sealed_pack_keeps_chain_nodes_other_nodes_and_the_rest_in_blocks_apar
                     assert content is not None
                     found = set()
                     for oid, at, length in members:
-                        kind, body = content[at : at + length].split(b"\0", 1)
+                        kind, body = block_piece(content, at, length).split(b"\0", 1)
                         node = parse_node(oid, body) if kind == b"node" else None
                         if node is None:
                             found.add("not a node")
@@ -283,7 +284,7 @@ def blocks_of(pack: Path) -> list[tuple[int, int, bytes]]:
 
 
 def kinds_in(content: bytes) -> set[bytes]:
-    return {content[at : at + 4] for _, at, _ in iter_block(content)}
+    return {block_piece(content, at, n)[:4] for _, at, n in iter_block(content)}
 
 
 def test_blocks_of_json_claim_to_read_exactly_unless_an_object_needs_the_walk(
