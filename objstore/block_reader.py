@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import copy
 import struct
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -178,16 +178,17 @@ class BlockReader:
                 if block.kind == "blob":
                     fill.put(oid, block.body(oid), claimed=block.claimed)
         found = fill.found
-        for oid in oids:
+        for i, oid in enumerate(oids):
             if oid not in found:
-                self._fill_from_block(oid, fill)
+                self._fill_from_block(oid, fill, len(oids) - i)
                 if oid not in found:  # in no block that reads, or not as a blob there
                     fill.put(oid, self._blob_body(oid), claimed=False)
         return fill.values()
 
-    def _fill_from_block(self, oid: str, fill: _Fill) -> None:
+    def _fill_from_block(self, oid: str, fill: _Fill, ahead: int) -> None:
         """Every blob still to read that the block the index names for ``oid`` holds,
-        if that block is whole (its checksum); the block is not kept."""
+        if that block is whole (its checksum); the block is not kept. ``ahead``: how
+        many places of the context there are from ``oid``'s on."""
         if not ID_RE.fullmatch(oid):
             return  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
@@ -208,7 +209,7 @@ class BlockReader:
             content, flags = checked
         claimed = bool(flags & WITHIN_LIMITS)
         taken = (
-            fill.take_array(content, claimed=claimed)
+            fill.take_array(content, ahead, claimed=claimed)
             if is_array_block(content)
             else fill.take(content, claimed=claimed)
         )
@@ -346,7 +347,7 @@ class _Fill:
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
-        self.wanted: set[str] = set(oids)
+        self.wanted: dict[str, None] = dict.fromkeys(oids)
         # id -> its value, or (until ``values`` walks it) its body, those ids in _to_walk
         self.found: dict[str, Any] = {}
         self._to_walk: list[str] = []
@@ -394,11 +395,12 @@ class _Fill:
             return False
         return True
 
-    def take_array(self, content: bytes, *, claimed: bool) -> bool:
+    def take_array(self, content: bytes, ahead: int, *, claimed: bool) -> bool:
         """Take the value of every blob an array-layout block's content holds, by one
-        parse of its JSON array if it claims WITHIN_LIMITS and holds a good part of what
-        is still to read, else of each blob still to read alone. False, with nothing of
-        it taken, if its table does not fit it (FORMAT.md 5.5)."""
+        parse of its JSON array if it claims WITHIN_LIMITS and the context has places
+        enough ahead (``ahead``) to use a good part of it, else of each blob still to
+        read alone. False, with nothing of it taken, if its table does not fit it
+        (FORMAT.md 5.5)."""
         try:
             table = array_table(content)
         except ValueError:
@@ -407,10 +409,7 @@ class _Fill:
             return True  # no blob: each is read alone, and named
         ids = table.hex_ids()
         found = self.found
-        wanted = self.wanted.intersection(ids)
-        if not wanted:
-            return True
-        if claimed and len(wanted) * _WHOLE_ARRAY >= len(ids):
+        if claimed and ahead * _WHOLE_ARRAY >= len(ids):
             try:
                 values = orjson.loads(memoryview(content)[table.start :])
             except orjson.JSONDecodeError:
@@ -420,27 +419,21 @@ class _Fill:
                 found.update(zip(ids, values, strict=True))
                 return True
         starts, lengths = table.starts(), table.lengths
-        where = dict(zip(ids, range(len(ids)), strict=True))
-        for oid in wanted - found.keys():
-            i = where[oid]
-            self.put(oid, content[starts[i] : starts[i] + lengths[i]], claimed=claimed)
+        for i in [i for i, oid in enumerate(ids) if oid in self.wanted and oid not in found]:
+            self.put(ids[i], content[starts[i] : starts[i] + lengths[i]], claimed=claimed)
         return True
 
     def values(self) -> list[Any]:
         """Every place's value, once every blob is found."""
-        found = self.found
+        found, oids = self.found, self._oids
         walk = [oid for oid in self._to_walk if type(found[oid]) is bytes]
         if walk:
             found.update(zip(walk, parse_json_many([found[oid] for oid in walk]), strict=True))
-        out = list(map(found.__getitem__, self._oids))
-        if len(self.wanted) < len(out):  # a blob twice: a value of its own for each place
-            oids = self._oids
-            twice = {oid for oid, n in Counter(oids).items() if n > 1}
-            placed: set[str] = set()  # the first place keeps the value read
-            for i in [i for i, oid in enumerate(oids) if oid in twice]:
-                if oids[i] in placed:
-                    out[i] = _copied(out[i])
-                placed.add(oids[i])
+        out = list(map(found.__getitem__, oids))
+        if len(self.wanted) < len(oids):  # a blob twice: a value of its own for each place
+            first = dict(zip(reversed(oids), range(len(oids) - 1, -1, -1), strict=True))
+            for i in [i for i, oid in enumerate(oids) if first[oid] != i]:
+                out[i] = _copied(out[i])
         return out
 
 
@@ -453,6 +446,6 @@ def _copied(value: Any) -> Any:
 
 
 _WHOLE_ARRAY: Final = 4
-"""An array block is parsed whole when at least one in this many of its blobs is still
-to read (a context of messages in order takes them all); else its few blobs alone (the
-kept messages of a compaction in an old block)."""
+"""An array block is parsed whole when the context has places for at least one in this
+many of its blobs from the first it needs on (a context of messages in order takes
+them all); else its few blobs alone (a short context after a compaction)."""
