@@ -43,9 +43,9 @@ it for the life of a store handle.
 
 from __future__ import annotations
 
-import copy
 import struct
 from collections import OrderedDict
+from itertools import filterfalse
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -126,6 +126,9 @@ class BlockReader:
         walk, if its block claims WITHIN_LIMITS (as a context's messages are). What a
         context read walks: a span node or compaction every 32 messages."""
         block = self._arrays.get(oid)
+        if block is None and oid not in self._exact_located and oid not in self._located:
+            hit = self._take(oid)[0]  # the first of its block: listed now if an array
+            block = hit if isinstance(hit, _ArrayBlock) else None
         if block is not None and block.claimed and block.kind == "node":
             return self._exact_node(oid, block.body(oid))
         hit = self._exact_located.get(oid)
@@ -178,17 +181,19 @@ class BlockReader:
                 if block.kind == "blob":
                     fill.put(oid, block.body(oid), claimed=block.claimed)
         found = fill.found
-        for i, oid in enumerate(oids):
-            if oid not in found:
-                self._fill_from_block(oid, fill, len(oids) - i)
-                if oid not in found:  # in no block that reads, or not as a blob there
-                    fill.put(oid, self._blob_body(oid), claimed=False)
+        # Each id not found yet, as the blocks taken so far leave them (a C loop over
+        # the found ones: a context in order finds the rest of a block's at once).
+        for oid in filterfalse(found.__contains__, oids):
+            # At least one place ahead for each id not found yet (more where ids repeat).
+            self._fill_from_block(oid, fill, len(oids) - len(found))
+            if oid not in found:  # in no block that reads, or not as a blob there
+                fill.put(oid, self._blob_body(oid), claimed=False)
         return fill.values()
 
     def _fill_from_block(self, oid: str, fill: _Fill, ahead: int) -> None:
         """Every blob still to read that the block the index names for ``oid`` holds,
-        if that block is whole (its checksum); the block is not kept. ``ahead``: how
-        many places of the context there are from ``oid``'s on."""
+        if that block is whole (its checksum); the block is not kept. ``ahead``: about
+        how many places of the context are still to fill."""
         if not ID_RE.fullmatch(oid):
             return  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
@@ -343,14 +348,22 @@ class _Fill:
     id: each parsed once, and a blob that is in the context twice copied for each
     further place."""
 
-    __slots__ = ("_oids", "_to_walk", "found", "wanted")
+    __slots__ = ("_oids", "_to_walk", "_wanted", "found")
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
-        self.wanted: dict[str, None] = dict.fromkeys(oids)
+        self._wanted: set[str] | None = None
         # id -> its value, or (until ``values`` walks it) its body, those ids in _to_walk
         self.found: dict[str, Any] = {}
         self._to_walk: list[str] = []
+
+    @property
+    def wanted(self) -> set[str]:
+        """The ids of the context (made when first asked: a context of array blocks in
+        order never asks)."""
+        if self._wanted is None:
+            self._wanted = set(self._oids)
+        return self._wanted
 
     def put(self, oid: str, body: bytes, *, claimed: bool) -> None:
         """Take the value of ``oid`` (if still to read) from its body."""
@@ -430,7 +443,9 @@ class _Fill:
         if walk:
             found.update(zip(walk, parse_json_many([found[oid] for oid in walk]), strict=True))
         out = list(map(found.__getitem__, oids))
-        if len(self.wanted) < len(oids):  # a blob twice: a value of its own for each place
+        # A value found once for each id: one that is in two places (the same object
+        # twice in ``out``) gets a value of its own for each further place.
+        if len(set(map(id, out))) < len(out):
             first = dict(zip(reversed(oids), range(len(oids) - 1, -1, -1), strict=True))
             for i in [i for i, oid in enumerate(oids) if first[oid] != i]:
                 out[i] = _copied(out[i])
@@ -438,11 +453,14 @@ class _Fill:
 
 
 def _copied(value: Any) -> Any:
-    """A JSON value anew: through orjson (exact for what it reads), else copied."""
-    try:
-        return orjson.loads(orjson.dumps(value))
-    except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits, a surrogate
-        return copy.deepcopy(value)
+    """A JSON value anew: each dict and list copied, the rest (str, numbers, True,
+    False, None: immutable) shared."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    return value
 
 
 _WHOLE_ARRAY: Final = 4
