@@ -184,16 +184,14 @@ class BlockReader:
         # Each id not found yet, as the blocks taken so far leave them (a C loop over
         # the found ones: a context in order finds the rest of a block's at once).
         for oid in filterfalse(found.__contains__, oids):
-            # At least one place ahead for each id not found yet (more where ids repeat).
-            self._fill_from_block(oid, fill, len(oids) - len(found))
+            self._fill_from_block(oid, fill)
             if oid not in found:  # in no block that reads, or not as a blob there
                 fill.put(oid, self._blob_body(oid), claimed=False)
         return fill.values()
 
-    def _fill_from_block(self, oid: str, fill: _Fill, ahead: int) -> None:
+    def _fill_from_block(self, oid: str, fill: _Fill) -> None:
         """Every blob still to read that the block the index names for ``oid`` holds,
-        if that block is whole (its checksum); the block is not kept. ``ahead``: about
-        how many places of the context are still to fill."""
+        if that block is whole (its checksum); the block is not kept."""
         if not ID_RE.fullmatch(oid):
             return  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
         found = self._objects.in_block(oid)
@@ -214,7 +212,7 @@ class BlockReader:
             content, flags = checked
         claimed = bool(flags & WITHIN_LIMITS)
         taken = (
-            fill.take_array(content, ahead, claimed=claimed)
+            fill.take_array(content, claimed=claimed)
             if is_array_block(content)
             else fill.take(content, claimed=claimed)
         )
@@ -348,22 +346,14 @@ class _Fill:
     id: each parsed once, and a blob that is in the context twice copied for each
     further place."""
 
-    __slots__ = ("_oids", "_to_walk", "_wanted", "found")
+    __slots__ = ("_oids", "_to_walk", "found", "wanted")
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
-        self._wanted: set[str] | None = None
+        self.wanted = set(oids)
         # id -> its value, or (until ``values`` walks it) its body, those ids in _to_walk
         self.found: dict[str, Any] = {}
         self._to_walk: list[str] = []
-
-    @property
-    def wanted(self) -> set[str]:
-        """The ids of the context (made when first asked: a context of array blocks in
-        order never asks)."""
-        if self._wanted is None:
-            self._wanted = set(self._oids)
-        return self._wanted
 
     def put(self, oid: str, body: bytes, *, claimed: bool) -> None:
         """Take the value of ``oid`` (if still to read) from its body."""
@@ -408,12 +398,11 @@ class _Fill:
             return False
         return True
 
-    def take_array(self, content: bytes, ahead: int, *, claimed: bool) -> bool:
+    def take_array(self, content: bytes, *, claimed: bool) -> bool:
         """Take the value of every blob an array-layout block's content holds, by one
-        parse of its JSON array if it claims WITHIN_LIMITS and the context has places
-        enough ahead (``ahead``) to use a good part of it, else of each blob still to
-        read alone. False, with nothing of it taken, if its table does not fit it
-        (FORMAT.md 5.5)."""
+        parse of its JSON array if it claims WITHIN_LIMITS and the context seems to
+        hold a good part of it (``_SAMPLES``), else of each blob still to read alone.
+        False, with nothing of it taken, if its table does not fit it (FORMAT.md 5.5)."""
         try:
             table = array_table(content)
         except ValueError:
@@ -421,8 +410,8 @@ class _Fill:
         if table.kind != b"blob\0":
             return True  # no blob: each is read alone, and named
         ids = table.hex_ids()
-        found = self.found
-        if claimed and ahead * _WHOLE_ARRAY >= len(ids):
+        found, wanted, last = self.found, self.wanted, len(ids) - 1
+        if claimed and sum(ids[last * i // _SAMPLES] in wanted for i in range(_SAMPLES + 1)) > 1:
             try:
                 values = orjson.loads(memoryview(content)[table.start :])
             except orjson.JSONDecodeError:
@@ -432,7 +421,7 @@ class _Fill:
                 found.update(zip(ids, values, strict=True))
                 return True
         starts, lengths = table.starts(), table.lengths
-        for i in [i for i, oid in enumerate(ids) if oid in self.wanted and oid not in found]:
+        for i in [i for i, oid in enumerate(ids) if oid in wanted and oid not in found]:
             self.put(ids[i], content[starts[i] : starts[i] + lengths[i]], claimed=claimed)
         return True
 
@@ -443,9 +432,7 @@ class _Fill:
         if walk:
             found.update(zip(walk, parse_json_many([found[oid] for oid in walk]), strict=True))
         out = list(map(found.__getitem__, oids))
-        # A value found once for each id: one that is in two places (the same object
-        # twice in ``out``) gets a value of its own for each further place.
-        if len(set(map(id, out))) < len(out):
+        if len(self.wanted) < len(out):  # a blob twice: a value of its own for each place
             first = dict(zip(reversed(oids), range(len(oids) - 1, -1, -1), strict=True))
             for i in [i for i, oid in enumerate(oids) if first[oid] != i]:
                 out[i] = _copied(out[i])
@@ -463,7 +450,8 @@ def _copied(value: Any) -> Any:
     return value
 
 
-_WHOLE_ARRAY: Final = 4
-"""An array block is parsed whole when the context has places for at least one in this
-many of its blobs from the first it needs on (a context of messages in order takes
-them all); else its few blobs alone (a short context after a compaction)."""
+_SAMPLES: Final = 4
+"""An array block is parsed whole when at least two of the five ids at its start, end
+and quarters are in the context (a context of messages in order takes all of a
+block); else its few blobs the context holds alone (a message repeated from long
+ago, the kept messages of a compaction)."""
