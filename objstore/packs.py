@@ -633,8 +633,12 @@ def verified_block_pack(
 
 
 def _block_compressor() -> zstandard.ZstdCompressor:
+    """No content checksum (FORMAT.md 5.5): the record's id, a BLAKE3 of the whole
+    payload, covers the frame, and every object read alone is hashed against its id;
+    a decoder that checks a content checksum spends a sixth of its time on it (1.29
+    ms for the bench's 3,000-message context, 1.52 with it)."""
     return objects.thread_compressor(
-        "block", level=objects.ZSTD_LEVEL, write_checksum=True, write_content_size=True
+        "block", level=objects.ZSTD_LEVEL, write_checksum=False, write_content_size=True
     )
 
 
