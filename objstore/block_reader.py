@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from itertools import filterfalse
+from itertools import compress, count, filterfalse
+from operator import ne
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -350,7 +351,8 @@ class _Fill:
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
-        self.wanted = set(oids)
+        # id -> its first place (the last write wins): the ids of the context
+        self.wanted = dict(zip(reversed(oids), range(len(oids) - 1, -1, -1), strict=True))
         # id -> its value, or (until ``values`` walks it) its body, those ids in _to_walk
         self.found: dict[str, Any] = {}
         self._to_walk: list[str] = []
@@ -433,8 +435,8 @@ class _Fill:
             found.update(zip(walk, parse_json_many([found[oid] for oid in walk]), strict=True))
         out = list(map(found.__getitem__, oids))
         if len(self.wanted) < len(out):  # a blob twice: a value of its own for each place
-            first = dict(zip(reversed(oids), range(len(oids) - 1, -1, -1), strict=True))
-            for i in [i for i, oid in enumerate(oids) if first[oid] != i]:
+            firsts = map(self.wanted.__getitem__, oids)
+            for i in compress(count(), map(ne, firsts, count())):  # in C, to the places
                 out[i] = _copied(out[i])
         return out
 

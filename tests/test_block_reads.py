@@ -157,7 +157,11 @@ def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(
                 errors += 1
                 continue
             assert context == messages(22), f"byte {at} flipped gave another context"
-        assert errors > (end - start) // 2  # most flips are seen, none is returned
+        # None is returned; many are seen. Frames carry no content checksum (FORMAT.md
+        # 5.5): once the block fails its checksum each object the read takes is found
+        # by the index and hashed, so a flip in what it does not take (the plain nodes
+        # its walk skips, an array block's table of ids) changes nothing.
+        assert errors > (end - start) // 5, (start, errors)
     pack.write_bytes(good)
 
 
