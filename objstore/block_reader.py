@@ -23,9 +23,10 @@ when the context holds a good part of it (_SAMPLES); a block read for one messag
 repeated from long ago gives that one, parsed alone. Then one dictionary by id
 puts the values in the context's order (a tenth of the read; keying it by raw ids
 instead cost more: 0.34 ms to turn 3,000 hex ids into bytes, checked). Tried and
-left: parsing a node block's array whole once a walk takes several of its nodes
-(no faster), and holding the cycle collector off during the read (9 collections
-of 15-100 us each; no faster once the one after it is counted).
+left, each no faster in paired runs: filling the context's places a run at a time
+where a block holds them in order; parsing a node block's array whole once a walk
+takes several of its nodes; holding the cycle collector off during the read (9
+collections of 15-100 us each, but the one after it does their work).
 
 The messages and nodes of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its
 writer read each of them exactly with orjson alone, and the claim is covered by
