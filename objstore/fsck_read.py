@@ -46,7 +46,12 @@ from .pack_format import (
     TYPE_BLOCK,
     TYPE_OBJECT,
     WITHIN_LIMITS,
+    ArrayTable,
+    array_separators,
+    array_table,
     block_claim,
+    block_piece,
+    is_array_block,
     iter_block,
     iter_records,
 )
@@ -69,18 +74,20 @@ _KIND_CODES: Final = {"node": 0, "blob": 1, "file": 2}  # what a link may name (
 
 _ID: Final = rb'"([0-9a-f]{64})"'
 _ID_OR_NULL: Final = rb'(?:null|"([0-9a-f]{64})")'
-_EVERYDAY_NODE: Final = re.compile(
-    rb'node\x00\{"message":' + _ID + rb',"messages":(0|[1-9][0-9]{0,17}),'
+_EVERYDAY_BODY: Final = (
+    rb'\{"message":' + _ID + rb',"messages":(0|[1-9][0-9]{0,17}),'
     rb'"meta":\{"time":"[0-9A-Za-z:.+-]*"\},"parent":' + _ID_OR_NULL + rb","
     rb'(?:"span":\{"after":' + _ID_OR_NULL + rb',"messages":\[((?:"[0-9a-f]{64}",)*'
     rb'"[0-9a-f]{64}"|)\]\},)?"state":' + _ID_OR_NULL + rb',"type":"message"\}'
 )
+_EVERYDAY_NODE: Final = re.compile(rb"node\x00" + _EVERYDAY_BODY)
 """The content of a message node as ags writes it (canonical JSON, FORMAT.md 4.1),
 matched in one C call: a match is JSON that ``parse_node`` reads (three levels deep,
 one integer below 10**18, every id 64 lowercase hex digits), and its groups are the
 message id, the message count, the parent id, the span's ``after`` and listed
 message ids (``"id","id"``), and the state id. A node of any other shape, or
 written any other way, is parsed (``Reader.node``)."""
+_EVERYDAY_NODE_BODY: Final = re.compile(_EVERYDAY_BODY)  # the same, of a body alone
 
 
 def key(oid: object) -> int:
@@ -187,7 +194,23 @@ class Reader:
         # What a context read believes without a walk (FORMAT.md 5.5) is checked here.
         claimed = bool(block_claim(payload) & WITHIN_LIMITS)
         unclaimed: list[str] = []
-        pos = self.entries(content, pack.placement(), off, unclaimed if claimed else None)
+        if is_array_block(content):
+            try:
+                table = array_table(content)
+            except ValueError as e:
+                found.pack_problems.append(f"block {where} cannot be read ({e})")
+                for oid, error in pack.unreadable_block(off, str(e), set()):
+                    self.error(oid, error)
+                return
+            if not array_separators(content, table):
+                found.pack_problems.append(
+                    f"block {where} holds its bodies in no JSON array where its table "
+                    "says; a context read parses that array"
+                )
+            self.array(content, table, pack.placement(), off, unclaimed if claimed else None)
+            pos = len(content)
+        else:
+            pos = self.entries(content, pack.placement(), off, unclaimed if claimed else None)
         if unclaimed:
             found.pack_problems.append(
                 f"block {where} claims that each of its objects reads exactly without a "
@@ -287,6 +310,55 @@ class Reader:
         found.placed += placed
         found.placements += placements
         return pos
+
+    def array(
+        self,
+        content: bytes,
+        table: ArrayTable,
+        place: Callable[..., bytes],
+        off: int,
+        unclaimed: list[str] | None,
+    ) -> None:
+        """``entries`` for a block in the array layout (FORMAT.md 5.5), whose table fits
+        it: each object hashed as ``kind + NUL + body``, then checked as ``entries``
+        checks it. Every object of such a block goes through this loop: keep it tight."""
+        found = self.found
+        view = memoryview(content)
+        kind, ids, lengths = table.kind, table.ids, table.lengths
+        hasher = blake3.blake3(kind)
+        loads, from_bytes, everyday = orjson.loads, int.from_bytes, _EVERYDAY_NODE_BODY.fullmatch
+        is_blob = kind == b"blob\0"
+        blobs = found.blobs
+        placed = placements = 0
+        for i, start in enumerate(table.starts()):
+            raw = ids[32 * i : 32 * i + 32]
+            end = start + lengths[i]
+            if hasher.copy().update(view[start:end]).digest() != raw:
+                self.corrupt(raw, "its content does not hash to its id")
+                continue
+            if is_blob:
+                blobs.append(from_bytes(raw[:8]) >> 4)
+                try:
+                    value = loads(view[start:end])
+                except orjson.JSONDecodeError:
+                    self.blob_problem(raw, view[start:end])
+                else:
+                    found_in_it = unusual(value)
+                    if found_in_it == TOO_DEEP:
+                        self.problem(raw, _NESTED_TOO_DEEP)
+                    if found_in_it and unclaimed is not None:
+                        unclaimed.append(raw.hex())
+            elif (match := everyday(content, start, end)) is not None:
+                self.everyday_node(raw, match)
+            else:
+                self.node(raw, content, start, end)
+                if unclaimed is not None and not read_exactly(content[start:end]):
+                    unclaimed.append(raw.hex())
+            placed += 1
+            placements += hash(place(raw, off, start, end - start + 5))
+        found.count += len(lengths)
+        found.placed += placed
+        found.placements += placements
 
     def everyday_node(self, raw: bytes, match: re.Match[bytes]) -> None:
         """Take apart a node ``_EVERYDAY_NODE`` matched. Its parent, message, span
@@ -525,7 +597,7 @@ def nodes_of_part(pack: SealedPack, first: int, stop: int) -> Iterator[Node]:
         if record.type == TYPE_BLOCK:
             try:
                 content = decompress_block(payload)
-                contents = [(oid, content[at : at + n]) for oid, at, n in iter_block(content)]
+                contents = [(o, block_piece(content, at, n)) for o, at, n in iter_block(content)]
             except ValueError:
                 contents = []
         elif record.type == TYPE_OBJECT:

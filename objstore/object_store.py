@@ -48,7 +48,7 @@ from .errors import (
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
 from .objects import LIVE_LEVEL
-from .pack_format import RECORD_HEAD
+from .pack_format import RECORD_HEAD, block_piece
 from .packs import (
     MAX_PACK_BYTES,
     BlockPackWriter,
@@ -132,6 +132,7 @@ class ObjectStore:
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
+        self._last_in_block: tuple[str, SealedPack] | None = None  # (stem, pack): a hint
         self.recover()
 
     # -- discovery -----------------------------------------------------------
@@ -333,9 +334,17 @@ class ObjectStore:
             p.holds(oid) for p in self._open.values()
         ):
             return None
-        for sealed in self._sealed.values():
+        # The pack of the last hit first: a context's messages sit in a few packs, in
+        # runs (a lookup that misses costs a search of that pack's index).
+        last = self._last_in_block
+        if last is not None and self._sealed.get(last[0]) is last[1]:
+            where = last[1].in_block(oid)
+            if where is not None:
+                return last[1], *where
+        for stem, sealed in self._sealed.items():
             where = sealed.in_block(oid)
             if where is not None:
+                self._last_in_block = (stem, sealed)
                 return sealed, *where
         return None
 
@@ -813,7 +822,7 @@ class ObjectStore:
                     for oid, inner, length in members:
                         if not wanted(oid):
                             continue
-                        piece = content[inner : inner + length]
+                        piece = block_piece(content, inner, length)
                         try:
                             objects.verified(oid, piece)
                         except CorruptObject:

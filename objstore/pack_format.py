@@ -12,6 +12,8 @@ import mmap
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate
 from typing import Final, NamedTuple
 
 import blake3
@@ -161,14 +163,111 @@ def encode_claim(frame: bytes, flags: int) -> bytes:
 
 
 def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:
-    """The uncompressed content of a block (5.5): ``id | length (u32 LE) | kind + NUL +
-    body`` for each object."""
+    """The uncompressed content of a block in the entry layout (5.5): ``id | length (u32
+    LE) | kind + NUL + body`` for each object."""
     return b"".join(BLOCK_ENTRY_HEAD.pack(bytes.fromhex(oid), len(c)) + c for oid, c in entries)
 
 
+ARRAY_MARK: Final = bytes(32)
+"""How an array-layout block's content starts (5.5): 32 zero bytes, which no object's id
+can be, where an entry-layout block's starts with its first object's id."""
+ARRAY_HEAD: Final = struct.Struct("<32s5sI")  # the mark | kind + NUL | n
+ARRAY_KINDS: Final = (b"blob\0", b"node\0")  # the kinds whose bodies are JSON
+_KIND_BYTES: Final = len("blob\0")
+
+
+def encode_array_block(kind: bytes, entries: Iterable[tuple[str, bytes]]) -> bytes:
+    """The content of a block in the array layout (5.5) of objects of one JSON ``kind``
+    (``b"blob"`` or ``b"node"``), given as ``(id, body)``: the mark, ``kind + NUL``,
+    n (u32 LE), the n ids, the n body lengths (u32 LE), then ``[body,body,...]``, so
+    that one JSON parse of its end gives every body's value."""
+    ids, bodies = [], []
+    for oid, body in entries:
+        ids.append(bytes.fromhex(oid))
+        bodies.append(body)
+    n = len(bodies)
+    if not n or kind + b"\0" not in ARRAY_KINDS:
+        raise ValueError("an array block holds one or more blobs or nodes")
+    return b"".join(
+        [
+            ARRAY_HEAD.pack(ARRAY_MARK, kind + b"\0", n),
+            *ids,
+            struct.pack(f"<{n}I", *map(len, bodies)),
+            b"[",
+            b",".join(bodies),
+            b"]",
+        ]
+    )
+
+
+def is_array_block(content: bytes | memoryview) -> bool:
+    """Whether a block's content is in the array layout (else the entry layout)."""
+    return content[:32] == ARRAY_MARK
+
+
+class ArrayTable(NamedTuple):
+    """The table at the head of an array-layout block (5.5)."""
+
+    kind: bytes  # kind + NUL: b"blob\0" or b"node\0"
+    ids: bytes  # the n raw ids, 32 bytes each, in block order
+    lengths: tuple[int, ...]  # of each body
+    start: int  # where ``[`` is, the JSON array of the bodies
+
+    def hex_ids(self) -> list[str]:
+        """Each id as 64 hex digits, in block order."""
+        return list(map(bytes.hex, _ids_struct(len(self.lengths)).unpack(self.ids)))
+
+    def starts(self) -> list[int]:
+        """Where each body starts in the content, in block order."""
+        return list(accumulate(map((1).__add__, self.lengths[:-1]), initial=self.start + 1))
+
+
+@lru_cache(maxsize=64)
+def _ids_struct(n: int) -> struct.Struct:
+    """Unpacks n raw ids at once (splitting their hex took half again the time)."""
+    return struct.Struct("32s" * n)
+
+
+def array_table(content: bytes | memoryview) -> ArrayTable:
+    """The table of an array-layout block's content, checked as far as finding the
+    bodies relies on it: a known kind, at least one object, and lengths that add up,
+    with the brackets and commas, to the content's end exactly. ValueError otherwise.
+    (Whether the separators are in place is ``array_separators``'.)"""
+    size = len(content)
+    if size < ARRAY_HEAD.size:
+        raise ValueError("an array block is cut in its head")
+    mark, kind, n = ARRAY_HEAD.unpack_from(content)
+    if mark != ARRAY_MARK or kind not in ARRAY_KINDS:
+        raise ValueError("an array block names no kind of JSON object")
+    ids_end = ARRAY_HEAD.size + 32 * n
+    start = ids_end + 4 * n
+    if n == 0 or start + 2 > size:
+        raise ValueError(f"an array block of {n} objects does not fit its {size} bytes")
+    lengths = struct.unpack_from(f"<{n}I", content, ids_end)
+    if start + sum(lengths) + n + 1 != size:
+        raise ValueError("the bodies of an array block do not add up to its size")
+    return ArrayTable(kind, bytes(content[ARRAY_HEAD.size : ids_end]), lengths, start)
+
+
+def array_separators(content: bytes | memoryview, table: ArrayTable) -> bool:
+    """Whether ``[``, the commas and ``]`` are where the table puts them."""
+    view = bytes(content) if isinstance(content, memoryview) else content
+    if view[table.start : table.start + 1] != b"[" or view[-1:] != b"]":
+        return False
+    return all(view[at - 1] == 0x2C for at in table.starts()[1:])
+
+
 def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
-    """(id, offset, length) of each object's ``kind + NUL + body`` in a block's content;
-    ValueError if the content does not divide into whole entries."""
+    """(id, offset, length) of each object of a block's content, as its index entry
+    gives them (5.3): in the entry layout where its ``kind + NUL + body`` is; in the
+    array layout where its body is, and the length of ``kind + NUL + body`` (the body's
+    plus 5). ValueError if the content does not divide into whole objects."""
+    if is_array_block(content):
+        table = array_table(content)
+        yield from zip(
+            table.hex_ids(), table.starts(), map(_KIND_BYTES.__add__, table.lengths), strict=True
+        )
+        return
     pos, head, size = 0, BLOCK_ENTRY_HEAD.size, len(content)
     while pos < size:
         if pos + head > size:
@@ -180,13 +279,21 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
         pos += head + length
 
 
+def block_piece(content: bytes, at: int, length: int) -> bytes:
+    """The ``kind + NUL + body`` of the object an index entry (or ``iter_block``) puts at
+    ``at``, ``length`` in a block's content, in either layout."""
+    if content.startswith(ARRAY_MARK):
+        return content[32 : 32 + _KIND_BYTES] + content[at : at + length - _KIND_BYTES]
+    return content[at : at + length]
+
+
 def block_members(
     content: bytes, blobs: dict[str, bytes] | None = None
 ) -> dict[str, tuple[bytes, int, int]]:
-    """Each object of a block's content by id: ``(content, offset, length)`` of its ``kind +
-    NUL + body``, as ``iter_block`` finds them, with the same checks; in one loop kept
-    tight for readers that take a whole block at once (block_reader.py). Given
-    ``blobs``, each blob goes there instead, as its body: what a context takes."""
+    """Each object of an entry-layout block's content by id: ``(content, offset, length)``
+    of its ``kind + NUL + body``, as ``iter_block`` finds them, with the same checks; in
+    one loop kept tight for readers that take a whole block at once (block_reader.py).
+    Given ``blobs``, each blob goes there instead, as its body: what a context takes."""
     unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
     members: dict[str, tuple[bytes, int, int]] = {}
     pos = 0
@@ -217,6 +324,8 @@ def block_members(
 def block_entries(content: bytes) -> list[tuple[str, int, int]]:
     """``(id, offset, length)`` of each object of a block's content, in block order, as
     ``iter_block`` finds them, with the same checks: what a merge copies in order."""
+    if is_array_block(content):
+        return list(iter_block(content))
     return [(oid, pos, length) for oid, (_c, pos, length) in block_members(content).items()]
 
 

@@ -60,8 +60,9 @@ def check_store_access(root: Path) -> None:
     or a directory of its layout."""
     uid = os.geteuid()
     how = f"or set {ALLOW_SHARED_ENV}=1 to use a shared store knowingly"
+    base = os.fspath(root)
     for sub in LAYOUT_DIRS:
-        path = root / sub if sub else root
+        path = os.path.join(base, sub) if sub else base  # every open: no Path for each
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):

@@ -137,6 +137,10 @@ class Resolver:
             rec = self._refs.read(self._tracking_ref(base, parsed.text))
             return None, rec.target if rec else None
         if HEX_PREFIX.fullmatch(base):
+            if len(base) == 32:  # a full session id is taken as one: its ref read once
+                rec = self._refs.read(session_ref(base))
+                if rec is not None:
+                    return base, rec.target
             sessions = self._sessions_with_prefix(base)
             # A full session id is taken as one, as Git takes a ref name before a hash.
             full = len(base) == 32 and sessions

@@ -87,9 +87,11 @@ FORMAT_NAME: Final = "ags-store"
 # 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3); 4: heads
 # kept in a pack's journal until it is sealed (9). A store is created at 2 and raised
 # when it first needs more (FORMAT.md 2).
-FORMAT_VERSION: Final = 4
+FORMAT_VERSION: Final = 5
 CREATED_VERSION: Final = 2
-BLOCKS_VERSION: Final = 2
+# Raised before the first block pack is written: any block may be in the array layout
+# (FORMAT.md 5.5), which an ags of store version 4 would call corrupt.
+BLOCKS_VERSION: Final = 5
 FILES_VERSION: Final = 3
 JOURNAL_VERSION: Final = 4  # heads kept in a pack's journal until it is sealed
 CONFIG_FILE: Final = "ags-store.json"

@@ -47,6 +47,39 @@ def split_claim(payload: bytes) -> tuple[bytes, int]:  # 5.5: the zstd frame, an
     return payload, 0
 
 
+def block_objects(content: bytes) -> list[tuple[bytes, int, bytes]]:
+    """5.5: (raw id, the offset in the block its index entry gives, kind + NUL + body)
+    of each object of a block's content, in either layout."""
+    out = []
+    if content[:32] != bytes(32):  # the entry layout
+        inner = 0
+        while inner < len(content):
+            oid_raw, n = struct.unpack_from("<32sI", content, inner)
+            out.append((oid_raw, inner + 36, content[inner + 36 : inner + 36 + n]))
+            inner += 36 + n
+        return out
+    kind, n = content[32:37], struct.unpack_from("<I", content, 37)[0]  # the array layout
+    if kind not in (b"blob\0", b"node\0") or n == 0:
+        raise Unreadable(f"an array block of kind {kind!r} and {n} objects")
+    lengths = struct.unpack_from(f"<{n}I", content, 41 + 32 * n)
+    at = 41 + 36 * n
+    if content[at : at + 1] != b"[":
+        raise Unreadable("an array block's array does not start where its table ends")
+    at += 1
+    for i, length in enumerate(lengths):
+        out.append((content[41 + 32 * i : 73 + 32 * i], at, kind + content[at : at + length]))
+        at += length
+        if content[at : at + 1] != (b"," if i < n - 1 else b"]"):
+            raise Unreadable(f"an array block's body {i} is not followed by , or ]")
+        at += 1
+    if at != len(content):
+        raise Unreadable("an array block has bytes after its array")
+    values = json.loads(content[41 + 36 * n :])  # one JSON array of the bodies' values
+    if values != [json.loads(piece[5:]) for _, _, piece in out]:
+        raise Unreadable("an array block's array is not its bodies")
+    return out
+
+
 def reads_exactly(body: bytes) -> bool:  # 5.5: WITHIN_LIMITS, checked with the json module
     try:
         value = json.loads(body)
@@ -78,7 +111,7 @@ class Store:
     @classmethod
     def read(cls, root: Path) -> Store:
         marker = json.loads((root / "ags-store.json").read_bytes())  # 2
-        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3, 4)):
+        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3, 4, 5)):
             raise Unreadable(f"marker {marker}")
         store = cls(root)
         for sub in sorted((root / "objects").iterdir()):  # 4: loose objects
@@ -111,10 +144,7 @@ class Store:
                     raise Unreadable(f"{path.name}: block at {at} fails its checksum")
                 frame, claim = split_claim(payload)
                 content = _unzstd.decompress(frame)
-                inner = 0
-                while inner < len(content):
-                    oid_raw, n = struct.unpack_from("<32sI", content, inner)
-                    piece = content[inner + 36 : inner + 36 + n]
+                for oid_raw, inner, piece in block_objects(content):
                     if blake3.blake3(piece).hexdigest() != oid_raw.hex():
                         raise Unreadable(f"{oid_raw.hex()}: content does not hash to the id")
                     kind, _, body = piece.partition(b"\0")
@@ -123,8 +153,7 @@ class Store:
                             f"{path.name}: block at {at} claims what {oid_raw.hex()} is not"
                         )
                     self.objects[oid_raw.hex()] = (kind.decode(), body)
-                    found[oid_raw.hex()] = (at + 37, inner + 36, n)
-                    inner += 36 + n
+                    found[oid_raw.hex()] = (at + 37, inner, len(piece))
             else:
                 kind, body = decode_stored(raw.hex(), payload)  # a ref update: a checksum
                 update = json.loads(body)

@@ -35,6 +35,7 @@ from objstore.pack_format import (
     TYPE_BLOCK,
     WITHIN_LIMITS,
     block_claim,
+    block_piece,
     encode_claim,
     iter_block,
     parse_index,
@@ -114,7 +115,7 @@ def test_a_sealed_pack_keeps_chain_nodes_other_nodes_and_the_rest_in_blocks_apar
                     assert content is not None
                     found = set()
                     for oid, at, length in members:
-                        kind, body = content[at : at + length].split(b"\0", 1)
+                        kind, body = block_piece(content, at, length).split(b"\0", 1)
                         node = parse_node(oid, body) if kind == b"node" else None
                         if node is None:
                             found.add("not a node")
@@ -156,7 +157,11 @@ def test_every_flipped_byte_of_a_block_is_an_error_or_changes_nothing(
                 errors += 1
                 continue
             assert context == messages(22), f"byte {at} flipped gave another context"
-        assert errors > (end - start) // 2  # most flips are seen, none is returned
+        # None is returned; many are seen. Frames carry no content checksum (FORMAT.md
+        # 5.5): once the block fails its checksum each object the read takes is found
+        # by the index and hashed, so a flip in what it does not take (the plain nodes
+        # its walk skips, an array block's table of ids) changes nothing.
+        assert errors > (end - start) // 5, (start, errors)
     pack.write_bytes(good)
 
 
@@ -283,7 +288,7 @@ def blocks_of(pack: Path) -> list[tuple[int, int, bytes]]:
 
 
 def kinds_in(content: bytes) -> set[bytes]:
-    return {content[at : at + 4] for _, at, _ in iter_block(content)}
+    return {block_piece(content, at, n)[:4] for _, at, n in iter_block(content)}
 
 
 def test_blocks_of_json_claim_to_read_exactly_unless_an_object_needs_the_walk(
@@ -431,7 +436,8 @@ def test_a_damaged_block_in_a_long_context_gives_the_error_its_first_message_giv
 ) -> None:
     """A block of messages that fails its checksum is read object by object, each
     verified: the context read fails with the error that reading the first of its
-    messages alone gives, as it did when the reader kept the blocks it decoded."""
+    messages that the damage reached alone gives, as it did when the reader kept the
+    blocks it decoded."""
     with Store.open(tmp_path / "s") as s:
         sid = s.new_session()
         for i in range(200):
@@ -442,17 +448,31 @@ def test_a_damaged_block_in_a_long_context_gives_the_error_its_first_message_giv
     assert len(blob_records) >= 3
     start, content = blob_records[1]
     in_block = {oid for oid, _, _ in iter_block(content)}
-    data = bytearray(pack.read_bytes())
-    data[start + RECORD_HEAD.size + 200] ^= 0x01  # inside the zstd frame
-    pack.write_bytes(data)
+    good = pack.read_bytes()
     with Store.open(tmp_path / "s") as s:
         blobs = [n.content for n in reversed(list(s.walk(sid)))]
-        first = next(oid for oid in blobs if oid in in_block)
-        with pytest.raises(CorruptObject) as alone:
-            s.blob(first)
-        with pytest.raises(CorruptObject) as read:
-            s.context(sid)
-    assert str(read.value) == str(alone.value) and first in str(read.value)
+    length = RECORD_HEAD.unpack_from(good, start)[2] - CLAIM.size
+    for at in range(200, length, 50):  # inside the zstd frame, until it hits a message
+        data = bytearray(good)
+        data[start + RECORD_HEAD.size + at] ^= 0x01
+        pack.write_bytes(data)
+        with Store.open(tmp_path / "s") as s:
+            failing = []
+            for oid in (oid for oid in blobs if oid in in_block):
+                try:
+                    s.blob(oid)
+                except CorruptObject as e:
+                    failing.append((oid, str(e)))
+                    break
+            if not failing:  # the flip changed no message (the block's table of ids)
+                assert s.context(sid)[-1] == {"role": "user", "content": "199 " + "x" * 2000}
+                continue
+            with pytest.raises(CorruptObject) as read:
+                s.context(sid)
+        first, alone = failing[0]
+        assert str(read.value) == alone and first in alone
+        return
+    pytest.fail("no flip reached a message")
 
 
 @pytest.mark.parametrize("cut", [1, 2000, -5])

@@ -1,0 +1,214 @@
+"""Blocks in the array layout (FORMAT.md 5.5): a block of blobs or of nodes that reads
+exactly holds its bodies as one JSON array, which a context read parses at once.
+
+The two layouts must read the same: every store written before store version 5 is in
+the entry layout, and a store of version 5 holds both until a merge rewrites it. The
+stores here are real, sealed on close; a layout is forced by writing through the
+entry layout's encoder, as an ags of version 4 did.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pytest
+
+import objstore.packs
+from objstore import ObjectError, Store
+from objstore.fsck import check_store
+from objstore.pack_format import (
+    ARRAY_HEAD,
+    ARRAY_MARK,
+    CLAIM,
+    RECORD_HEAD,
+    array_separators,
+    array_table,
+    block_claim,
+    block_piece,
+    encode_array_block,
+    encode_block,
+    encode_claim,
+    is_array_block,
+    iter_block,
+)
+from objstore.packs import decompress_block, rebuild_index
+
+BIG = {"role": "tool", "content": "n", "values": [2**64, -(2**63) - 1, 1.5e300]}
+AGAIN = {"role": "user", "content": "go on"}
+
+
+def history() -> list[dict[str, Any]]:
+    """Messages long enough for several blocks, one repeated far apart, one holding
+    integers beyond 64 bits (its block stays in the entry layout)."""
+    long = [{"role": "user", "content": f"{i} " + "x" * 1500} for i in range(200)]
+    return [AGAIN, *long[:120], BIG, AGAIN, *long[120:], AGAIN]
+
+
+def write_session(path: Path, messages: list[dict[str, Any]]) -> str:
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for i, message in enumerate(messages):
+            s.append(sid, message, state={"step": i // 50})
+            if i == 150:
+                s.compact(sid, "the story so far", keep=3)
+    return sid
+
+
+def entry_layout_payload(
+    objects_in: dict[str, bytes], known_exact: Any = ()
+) -> tuple[bytes, bytes]:
+    """``block_payload`` as store version 4 wrote it: every block in the entry layout."""
+    content = encode_block(objects_in.items())
+    exact = all(
+        p.startswith((b"blob\0", b"node\0")) and objstore.packs.read_exactly(p[5:])
+        for p in objects_in.values()
+    )
+    frame = objstore.packs._block_compressor().compress(content)
+    return content, encode_claim(frame, int(exact))
+
+
+def blocks(path: Path) -> list[tuple[int, bytes, bytes]]:
+    """(record offset, payload, content) of every block of every pack of a store."""
+    out = []
+    for pack in sorted((path / "objects" / "pack").glob("*.pack")):
+        data, at = pack.read_bytes(), 8
+        while at < len(data):
+            _type, _raw, length = RECORD_HEAD.unpack_from(data, at)
+            payload = data[at + RECORD_HEAD.size : at + RECORD_HEAD.size + length]
+            out.append((at, payload, decompress_block(payload)))
+            at += RECORD_HEAD.size + length
+    return out
+
+
+def test_both_layouts_give_the_same_context_log_and_fsck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = history()
+    new = write_session(tmp_path / "new", messages)
+    layouts = {is_array_block(content) for _, _, content in blocks(tmp_path / "new")}
+    assert layouts == {True, False}  # the block holding BIG, and the file-less rest
+    with monkeypatch.context() as m:
+        m.setattr(objstore.packs, "block_payload", entry_layout_payload)
+        old = write_session(tmp_path / "old", messages)
+    assert not any(is_array_block(c) for _, _, c in blocks(tmp_path / "old"))
+    with Store.open(tmp_path / "new") as a, Store.open(tmp_path / "old") as b:
+        assert new != old
+        for spec in ("", "~1", "~60", "~120"):
+            context = a.context(new + spec)
+            assert context == b.context(old + spec)
+        assert a.context(new)[0] == {"content": "the story so far", "role": "user"}
+        context = a.context(f"{new}~60")  # before the compaction: AGAIN twice
+        places = [i for i, message in enumerate(context) if message == AGAIN]
+        assert len(places) == 2 and context[places[0]] is not context[places[1]]
+        assert [e.message for e in a.log(new)] == [e.message for e in b.log(old)]
+        assert a.context(f"{new}~60")[:5] == b.context(f"{old}~60")[:5]
+        assert check_store(a).ok and check_store(b).ok
+
+
+def test_a_merge_writes_entry_layout_blocks_again_in_the_array_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s"
+    messages = history()
+    with monkeypatch.context() as m:
+        m.setattr(objstore.packs, "block_payload", entry_layout_payload)
+        sid = write_session(path, messages)
+    with Store.open(path) as s:
+        before = s.context(sid)
+        for i in range(9):  # more than 8 packs: the seal of the last one merges them
+            with Store.open(path) as w:
+                w.append(sid, {"role": "user", "content": f"later {i}"})
+    assert len(list((path / "objects" / "pack").glob("*.pack"))) < 10
+    assert any(is_array_block(c) for _, _, c in blocks(path))
+    with Store.open(path) as s:
+        assert s.context(f"{sid}~9") == before
+        assert check_store(s).ok
+
+
+def only_pack(path: Path) -> Path:
+    (pack,) = (path / "objects" / "pack").glob("*.pack")
+    return pack
+
+
+def rewrite_block(pack: Path, start: int, content: bytes, flags: int) -> None:
+    """Put ``content`` in the block record at ``start``, with a checksum to match: not
+    damage, a second writer."""
+    data = pack.read_bytes()
+    _type, _raw, length = RECORD_HEAD.unpack_from(data, start)
+    payload = encode_claim(objstore.packs._block_compressor().compress(content), flags)
+    head = RECORD_HEAD.pack(_type, blake3.blake3(payload).digest(), len(payload))
+    end = start + RECORD_HEAD.size + length
+    pack.write_bytes(data[:start] + head + payload + data[end:])
+    pack.with_suffix(".idx").unlink()  # and its index, as that writer would write it
+    rebuild_index(pack, pack.parent.parent.parent / "tmp")
+
+
+@pytest.mark.parametrize("change", ["separator", "lengths", "kind", "count"])
+def test_an_array_block_that_is_not_what_its_table_says_is_named_and_reads_exactly(
+    tmp_path: Path, change: str
+) -> None:
+    """A block written again (checksum and all) whose array is not where its table says,
+    or whose table does not add up: fsck names it, and a context read gives the
+    messages written, each read alone through the index and hashed, or an error."""
+    path = tmp_path / "s"
+    messages = [{"role": "user", "content": f"message {i} " * 20} for i in range(40)]
+    with Store.open(path) as s:
+        sid = s.new_session()
+        for message in messages:
+            s.append(sid, message)
+    pack = only_pack(path)
+    ((start, payload, content),) = [
+        b for b in blocks(path) if is_array_block(b[2]) and array_table(b[2]).kind == b"blob\0"
+    ]
+    table = array_table(content)
+    changed = bytearray(content)
+    if change == "separator":
+        changed[table.starts()[5] - 1] = ord(" ")  # JSON still, another array
+    elif change == "lengths":
+        first = ARRAY_HEAD.size + 32 * len(table.lengths)
+        struct.pack_into("<II", changed, first, table.lengths[0] + 1, table.lengths[1] - 1)
+    elif change == "kind":
+        changed[32:37] = b"node\0"
+    else:
+        struct.pack_into("<I", changed, 37, len(table.lengths) + 1)
+    rewrite_block(pack, start, bytes(changed), block_claim(payload))
+    with Store.open(path) as s:
+        try:
+            context = s.context(sid)
+        except ObjectError:
+            assert change in ("kind", "count")  # a node is no blob; a table that does not
+        else:  # fit leaves the block's objects unindexed: missing, not different
+            assert context == messages
+        problems = [str(p) for p in check_store(s).problems]
+    named = {
+        "kind": "does not hash to its id",  # the kind is part of what an id hashes
+        "count": "names missing",  # an index built from its pack cannot list them
+    }.get(change, "block at offset")
+    assert any(named in p for p in problems), problems
+
+
+def test_the_array_layout_round_trips_and_is_refused_when_it_does_not_add_up() -> None:
+    bodies = [("ab" * 32, b'{"a":1}'), ("cd" * 32, b"[2]"), ("ef" * 32, b'"x"')]
+    content = encode_array_block(b"blob", bodies)
+    assert content.startswith(ARRAY_MARK + b"blob\0" + (3).to_bytes(4, "little"))
+    assert content.endswith(b'[{"a":1},[2],"x"]')
+    table = array_table(content)
+    assert table.hex_ids() == [oid for oid, _ in bodies] and array_separators(content, table)
+    pieces = [(oid, block_piece(content, at, n)) for oid, at, n in iter_block(content)]
+    assert pieces == [(oid, b"blob\0" + body) for oid, body in bodies]
+    for cut in (10, 50, len(content) - 1):
+        with pytest.raises(ValueError):
+            array_table(content[:cut])
+    with pytest.raises(ValueError):
+        array_table(content + b" ")
+    with pytest.raises(ValueError):
+        array_table(content[:32] + b"file\0" + content[37:])
+    with pytest.raises(ValueError):
+        encode_array_block(b"file", bodies)
+    with pytest.raises(ValueError):
+        encode_array_block(b"blob", [])
+    assert not array_separators(content.replace(b"],", b"] "), table)
+    assert CLAIM.size == 16  # the claim follows the frame in either layout
