@@ -190,6 +190,15 @@ class BlockReader:
                 block = self._arrays[oid]
                 if block.kind == "blob":
                     fill.put(oid, block.body(oid), claimed=block.claimed)
+        # A context read from its blocks in order: each block holds the next messages,
+        # and its parsed array is taken as it is, with no lookup by id.
+        while (first := fill.next_in_order) is not None:
+            self._fill_from_block(first, fill)
+            if fill.next_in_order == first:  # its block is not next, or does not read
+                break
+        if fill.complete:
+            return fill.values()
+        fill.out_of_order()
         found = fill.found
         # Each id not found yet, as the blocks taken so far leave them (a C loop over
         # the found ones: a context in order finds the rest of a block's at once).
@@ -221,6 +230,13 @@ class BlockReader:
                 return
             content, flags = checked
         claimed = bool(flags & WITHIN_LIMITS)
+        if fill.next_in_order == oid and claimed and is_array_block(content):
+            try:
+                table = array_table(content)
+            except ValueError:
+                table = None  # take_array finds it so, and the block is read object by object
+            if table is not None and fill.take_in_order(content, table):
+                return
         taken = (
             fill.take_array(content, claimed=claimed)
             if is_array_block(content)
@@ -356,7 +372,7 @@ class _Fill:
     id: each parsed once, and a blob that is in the context twice copied for each
     further place."""
 
-    __slots__ = ("_oids", "_to_walk", "found", "wanted")
+    __slots__ = ("_firsts", "_in_order", "_oids", "_ordered", "_to_walk", "found", "wanted")
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
@@ -365,9 +381,51 @@ class _Fill:
         # id -> its value, or (until ``values`` walks it) its body, those ids in _to_walk
         self.found: dict[str, Any] = {}
         self._to_walk: list[str] = []
+        # While blocks come in the context's order: the distinct ids by first place, and
+        # the values of the first of them, parsed whole from their blocks (``found`` is
+        # empty until ``out_of_order``)
+        self._firsts = list(dict.fromkeys(oids))
+        self._in_order: list[Any] = []
+        self._ordered = True
+
+    @property
+    def next_in_order(self) -> str | None:
+        """The next id to take in order, or None once all are, or ``out_of_order``."""
+        done = len(self._in_order)
+        return self._firsts[done] if self._ordered and done < len(self._firsts) else None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every value was taken in order."""
+        return self._ordered and len(self._in_order) == len(self._firsts)
+
+    def take_in_order(self, content: bytes, table: ArrayTable) -> bool:
+        """Take the values of a block in the array layout that claims WITHIN_LIMITS if
+        its ids are the next ids of the context, in order: its parsed array as it is
+        (one hex of its table and one compare, no dictionary by id). False, with
+        nothing taken, if they are not, or its array does not read as that."""
+        done, n = len(self._in_order), len(table.lengths)
+        if table.kind != b"blob\0" or table.ids.hex() != "".join(self._firsts[done : done + n]):
+            return False
+        try:
+            values = orjson.loads(memoryview(content)[table.start :])
+        except orjson.JSONDecodeError:
+            return False  # read by take_array, and named if it cannot be
+        if type(values) is not list or len(values) != n:
+            return False
+        self._in_order += values
+        return True
+
+    def out_of_order(self) -> None:
+        """Go on by id: what was taken in order goes to ``found``."""
+        if self._ordered:
+            self._ordered = False
+            self.found.update(zip(self._firsts, self._in_order, strict=False))  # a prefix
+            self._in_order = []
 
     def put(self, oid: str, body: bytes, *, claimed: bool) -> None:
         """Take the value of ``oid`` (if still to read) from its body."""
+        self.out_of_order()
         if oid in self.found:
             return
         if claimed:
@@ -383,6 +441,7 @@ class _Fill:
 
         One pass over the entries, kept tight: it is most of what a long context
         costs in this layout beside orjson and zstd."""
+        self.out_of_order()
         wanted, found, loads = self.wanted, self.found, orjson.loads
         unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, _HEAD, len(content)
         taken: list[str] = []
@@ -414,6 +473,7 @@ class _Fill:
         parse of its JSON array if it claims WITHIN_LIMITS and the context seems to
         hold a good part of it (``_SAMPLES``), else of each blob still to read alone.
         False, with nothing of it taken, if its table does not fit it (FORMAT.md 5.5)."""
+        self.out_of_order()
         try:
             table = array_table(content)
         except ValueError:
@@ -438,6 +498,8 @@ class _Fill:
 
     def values(self) -> list[Any]:
         """Every place's value, once every blob is found."""
+        if self._ordered:
+            return self._placed(self._in_order)
         found, oids = self.found, self._oids
         walk = [oid for oid in self._to_walk if type(found[oid]) is bytes]
         if walk:
@@ -447,6 +509,23 @@ class _Fill:
             firsts = map(self.wanted.__getitem__, oids)
             for i in compress(count(), map(ne, firsts, count())):  # in C, to the places
                 out[i] = _copied(out[i])
+        return out
+
+    def _placed(self, values: list[Any]) -> list[Any]:
+        """Every place's value from ``values``, those of the distinct ids by first place:
+        ``values`` itself if no id repeats, else spliced, a copy at each further place
+        (found in C, as ``values`` finds them)."""
+        oids, wanted = self._oids, self.wanted
+        if len(values) == len(oids):
+            return values
+        out: list[Any] = []
+        done = 0
+        firsts = map(wanted.__getitem__, oids)
+        for k, i in enumerate(compress(count(), map(ne, firsts, count()))):
+            out += values[done : i - k]  # the distinct ones before place i
+            done = i - k
+            out.append(_copied(out[wanted[oids[i]]]))
+        out += values[done:]
         return out
 
 
