@@ -9,6 +9,7 @@ entry layout's encoder, as an ags of version 4 did.
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,24 @@ def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
         assert len({id(context[i]) for i in places}) == len(places) > 1
     context[6]["content"] = "changed"  # long[5] at its first place
     assert context[101] == context[102] == long[5]  # copies, not the same dict
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_places_of_repeated_ids_are_found_across_windows(seed: int) -> None:
+    """``_repeated_places`` against the plain definition, for contexts short and long,
+    without repeats, with runs of them, and ending in them."""
+    rng = random.Random(seed)
+    pool = [f"{i:064x}" for i in range(rng.choice([1, 3, 50, 400]))]
+    n = rng.choice([0, 1, 63, 64, 65, 200, 700])
+    # A repeat is an equal str, a new object or the same one, as ids read from nodes are.
+    oids = [(rng.choice(pool) + "x")[:-1] if rng.random() < 0.15 else rng.choice(pool)
+            if rng.random() < 0.2 else f"{rng.getrandbits(256):064x}"
+            for _ in range(n)]  # fmt: skip
+    seen: set[str] = set()
+    expected = []
+    for i, oid in enumerate(oids):
+        if oid in seen:
+            expected.append(i)
+        seen.add(oid)
+    firsts = list(dict.fromkeys(oids))
+    assert objstore.block_reader._repeated_places(oids, firsts) == expected
