@@ -180,8 +180,7 @@ class BlockReader:
         fresh from the system (a new process reading 3,000 messages took 2,900 page
         faults so, 900-1,100 now)."""
         fill = _Fill(oids)
-        for oid, body in self._live_blobs(oids).items():  # verified, claimed by no block
-            fill.put(oid, body, claimed=False)
+        live = self._live_blobs(oids)  # verified, claimed by no block: the newest, mostly
         if self._exact_blobs or self._blobs or self._blob_arrays:  # blocks the walk listed
             wanted = fill.wanted
             for oid in self._exact_blobs.keys() & wanted:
@@ -200,6 +199,8 @@ class BlockReader:
                 break
         if fill.complete:
             return fill.values()
+        for oid, body in live.items():
+            fill.put(oid, body, claimed=False)
         fill.out_of_order()
         found = fill.found
         # Each id not found yet, as the blocks taken so far leave them (a C loop over

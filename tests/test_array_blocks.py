@@ -273,3 +273,21 @@ def test_the_places_of_repeated_ids_are_found_across_windows(seed: int) -> None:
         seen.add(oid)
     firsts = list(dict.fromkeys(oids))
     assert objstore.block_reader._repeated_places(oids, firsts) == expected
+
+
+def test_a_context_read_in_order_then_beside_a_live_writer(tmp_path: Path) -> None:
+    """Its older messages come from sealed blocks in order, its newest (one repeated)
+    from the pack another handle is still writing."""
+    long = [{"role": "user", "content": f"{i} " + "z" * 1500} for i in range(250)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in long[:200]:
+            s.append(sid, message)
+    newer = [*long[200:], long[3], AGAIN, AGAIN]
+    with Store.open(tmp_path / "s") as writer:
+        for message in newer:
+            writer.append(sid, message)
+        with Store.open(tmp_path / "s") as reader:
+            context = reader.context(sid)
+            assert context == long[:200] + newer
+            assert context[-1] is not context[-2] and context[3] is not context[-3]
