@@ -9,6 +9,7 @@ entry layout's encoder, as an ags of version 4 did.
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import blake3
 import pytest
 
+import objstore.block_reader
 import objstore.packs
 from objstore import ObjectError, Store
 from objstore.fsck import check_store
@@ -212,3 +214,80 @@ def test_the_array_layout_round_trips_and_is_refused_when_it_does_not_add_up() -
         encode_array_block(b"blob", [])
     assert not array_separators(content.replace(b"],", b"] "), table)
     assert CLAIM.size == 16  # the claim follows the frame in either layout
+
+
+def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks that hold the context's next messages in order are taken as parsed; the
+    repeated messages (first, adjacent, from blocks back, last) still get a value of
+    their own at each place, and the context is the one the read by id gives."""
+    long = [{"role": "user", "content": f"{i} " + "y" * 1500} for i in range(300)]
+    messages = [AGAIN, *long[:100], long[5], long[5], AGAIN, *long[100:], long[250], AGAIN]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in messages:
+            s.append(sid, message)
+    arrays = [c for _, _, c in blocks(tmp_path / "s") if is_array_block(c)]
+    blob_blocks = [c for c in arrays if array_table(c).kind == b"blob\0"]
+    assert len(blob_blocks) >= 3
+    taken = []
+    take_in_order = objstore.block_reader._Fill.take_in_order
+
+    def counted(fill: Any, content: bytes, table: Any) -> bool:
+        taken.append(take_in_order(fill, content, table))
+        return taken[-1]
+
+    with Store.open(tmp_path / "s") as s:
+        with monkeypatch.context() as m:
+            m.setattr(objstore.block_reader._Fill, "take_in_order", counted)
+            context = s.context(sid)
+        assert taken == [True] * len(blob_blocks)  # every block, in order
+        with monkeypatch.context() as m:
+            m.setattr(objstore.block_reader._Fill, "take_in_order", lambda *a: False)
+            by_id = s.context(sid)
+    assert context == messages == by_id
+    for message in (AGAIN, long[5], long[250]):
+        places = [i for i, m in enumerate(messages) if m == message]
+        assert len({id(context[i]) for i in places}) == len(places) > 1
+    context[6]["content"] = "changed"  # long[5] at its first place
+    assert context[101] == context[102] == long[5]  # copies, not the same dict
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_places_of_repeated_ids_are_found_across_windows(seed: int) -> None:
+    """``_repeated_places`` against the plain definition, for contexts short and long,
+    without repeats, with runs of them, and ending in them."""
+    rng = random.Random(seed)
+    pool = [f"{i:064x}" for i in range(rng.choice([1, 3, 50, 400]))]
+    n = rng.choice([0, 1, 63, 64, 65, 200, 700])
+    # A repeat is an equal str, a new object or the same one, as ids read from nodes are.
+    oids = [(rng.choice(pool) + "x")[:-1] if rng.random() < 0.15 else rng.choice(pool)
+            if rng.random() < 0.2 else f"{rng.getrandbits(256):064x}"
+            for _ in range(n)]  # fmt: skip
+    seen: set[str] = set()
+    expected = []
+    for i, oid in enumerate(oids):
+        if oid in seen:
+            expected.append(i)
+        seen.add(oid)
+    firsts = list(dict.fromkeys(oids))
+    assert objstore.block_reader._repeated_places(oids, firsts) == expected
+
+
+def test_a_context_read_in_order_then_beside_a_live_writer(tmp_path: Path) -> None:
+    """Its older messages come from sealed blocks in order, its newest (one repeated)
+    from the pack another handle is still writing."""
+    long = [{"role": "user", "content": f"{i} " + "z" * 1500} for i in range(250)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in long[:200]:
+            s.append(sid, message)
+    newer = [*long[200:], long[3], AGAIN, AGAIN]
+    with Store.open(tmp_path / "s") as writer:
+        for message in newer:
+            writer.append(sid, message)
+        with Store.open(tmp_path / "s") as reader:
+            context = reader.context(sid)
+            assert context == long[:200] + newer
+            assert context[-1] is not context[-2] and context[3] is not context[-3]

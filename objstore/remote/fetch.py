@@ -138,7 +138,7 @@ def fetch(
     """Bring the remote's heads into ``remotes/<remote>/<session>`` and their objects
     into the store; create local tags the store does not have."""
     result = FetchResult()
-    if not read_marker(storage):
+    if read_marker(storage) is None:
         return result  # an empty remote: nothing to fetch
     tracking = store.tracking_refs(remote)
     listed = {}

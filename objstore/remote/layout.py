@@ -1,7 +1,7 @@
 """Where a sync keeps things on a remote: the marker, packs, ref cells (docs/REMOTES.md 3).
 
 ```
-ags-remote.json               {"format":"ags-remote","version":1}
+ags-remote.json               {"format":"ags-remote","version":2}  (1 before array blocks)
 packs/pack-<64 hex>.pack      block packs (FORMAT.md 5.5), named by 32 random bytes
 packs/pack-<64 hex>.idx       their indexes, written after the pack
 refs/sessions/<session id>    cells: {"target": <head node>, "meta": {...}}, or null (deleted)
@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Any, Final
 
 from .. import canonical
 from ..errors import InvalidName
 from ..objects import ID_RE
 from ..refs import SESSION_ID_RE, check_tag_name, ref_kind
-from .errors import BadRemote, DamagedRemoteKey, KeyMissing
+from .errors import BadRemote, DamagedRemoteKey, KeyMissing, SwapFailed
 from .storage import PROBE_PREFIX, RemoteStorage
 
 MARKER_KEY: Final = "ags-remote.json"
 MARKER_FORMAT: Final = "ags-remote"
-MARKER_VERSION: Final = 1
+MARKER_VERSION: Final = 2  # the newest this ags reads, and the one it writes
+ARRAY_BLOCKS_VERSION: Final = 2  # a remote that may hold array-layout blocks (FORMAT.md 5.5)
 PACKS: Final = "packs/"
 REFS: Final = "refs/"
 SESSION_CELLS: Final = "refs/sessions/"
@@ -98,16 +100,40 @@ def ref_of_cell(key: str) -> str | None:
     return None
 
 
-def _marker_body() -> bytes:
-    return canonical.dumps({"format": MARKER_FORMAT, "version": MARKER_VERSION}) + b"\n"
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """The remote's marker as read: its version, and the etag a raise swaps from
+    (None where this process wrote it: it is then at MARKER_VERSION already)."""
+
+    version: int
+    etag: str | None
 
 
-def read_marker(storage: RemoteStorage) -> bool:
-    """True if the remote holds ags's marker, False if it holds nothing at all; a
-    marker of a newer version, or keys of something else with no marker, are refused
-    (a mistyped URL must not receive packs, nor be read as sessions)."""
+def _marker_body(version: int) -> bytes:
+    return canonical.dumps({"format": MARKER_FORMAT, "version": version}) + b"\n"
+
+
+def _marker_version(storage: RemoteStorage, data: bytes) -> int:
     try:
-        data = storage.get(MARKER_KEY)
+        body = canonical.loads(data)
+        name, version = body["format"], body["version"]
+    except (ValueError, KeyError, TypeError):
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is unreadable") from None
+    if name != MARKER_FORMAT or type(version) is not int or version < 1:
+        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is not an ags remote's marker")
+    if version > MARKER_VERSION:
+        raise BadRemote(
+            f"{storage.url} has remote format {version}; this ags reads up to {MARKER_VERSION}"
+        )
+    return version
+
+
+def read_marker(storage: RemoteStorage) -> Marker | None:
+    """The remote's marker, or None if it holds nothing at all; a marker of a newer
+    version, or keys of something else with no marker, are refused (a mistyped URL
+    must not receive packs, nor be read as sessions)."""
+    try:
+        data, etag = storage.get_versioned(MARKER_KEY)
     except KeyMissing:
         for info in storage.list(""):
             if not info.key.startswith(PROBE_PREFIX):
@@ -115,26 +141,42 @@ def read_marker(storage: RemoteStorage) -> bool:
                     f"{storage.url} holds other things ({info.key}) and is not an ags "
                     "remote; use an empty bucket prefix or directory"
                 ) from None
-        return False
+        return None
+    return Marker(_marker_version(storage, data), etag)
+
+
+def ensure_marker(storage: RemoteStorage) -> Marker:
+    """Read the marker, writing it first on an empty remote, at MARKER_VERSION
+    (write-once: two first pushes at once write the same bytes; one of an older ags
+    that wins writes version 1, read again here and raised before a pack goes)."""
+    marker = read_marker(storage)
+    if marker is not None:
+        return marker
+    if storage.put_new(MARKER_KEY, _marker_body(MARKER_VERSION)):
+        return Marker(MARKER_VERSION, None)
+    marker = read_marker(storage)
+    if marker is None:  # written, then deleted by hand: not a remote to write to
+        raise BadRemote(f"{storage.url}: {MARKER_KEY} vanished as it was written")
+    return marker
+
+
+def raise_marker(storage: RemoteStorage, marker: Marker, version: int) -> Marker:
+    """The marker at ``version`` or above: rewritten from the version read if it is
+    below (FORMAT.md 16.2), by a write conditional on the etag read, so that a marker
+    another writer raised meanwhile (perhaps higher than this ags knows) is never
+    written over, and a marker never goes down. Called before the pack that needs
+    it is written; a crash between the two leaves a raised marker and no pack, which
+    costs nothing but an older ags's access."""
+    if marker.version >= version:
+        return marker
+    assert marker.etag is not None  # only a marker this process wrote has none
     try:
-        body = canonical.loads(data)
-        name, version = body["format"], body["version"]
-    except (ValueError, KeyError, TypeError):
-        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is unreadable") from None
-    if name != MARKER_FORMAT or type(version) is not int:
-        raise DamagedRemoteKey(f"{storage.url}: {MARKER_KEY} is not an ags remote's marker")
-    if version > MARKER_VERSION:
-        raise BadRemote(
-            f"{storage.url} has remote format {version}; this ags reads up to {MARKER_VERSION}"
-        )
-    return True
-
-
-def ensure_marker(storage: RemoteStorage) -> None:
-    """Read the marker, writing it first on an empty remote (write-once: two first
-    pushes at once write the same bytes)."""
-    if not read_marker(storage):
-        storage.put_new(MARKER_KEY, _marker_body())
+        return Marker(version, storage.replace(MARKER_KEY, _marker_body(version), marker.etag))
+    except SwapFailed:  # raised by another push meanwhile, or our own lost answer
+        now = read_marker(storage)
+        if now is None or now.version < version:
+            raise BadRemote(f"{storage.url}: {MARKER_KEY} changed while raising it") from None
+        return now
 
 
 def check_cell_value(url: str, ref: str, value: Any) -> None:

@@ -47,6 +47,8 @@ from ..store import Store
 from ..walk import walk
 from .errors import SwapFailed
 from .layout import (
+    ARRAY_BLOCKS_VERSION,
+    Marker,
     cell_key,
     check_cell_value,
     ensure_marker,
@@ -55,6 +57,7 @@ from .layout import (
     pack_key,
     pin_body,
     pin_key,
+    raise_marker,
     read_marker,
     ref_of_cell,
 )
@@ -282,6 +285,7 @@ class _Reader:
 def send_objects(
     storage: RemoteStorage,
     store: Store,
+    marker: Marker,
     oids: Iterable[str],
     reader: _Reader | None = None,
     after_pack: Callable[[], None] | None = None,
@@ -291,7 +295,11 @@ def send_objects(
     Objects are compressed block by block as they are read, so what is held is one
     pack's compressed bytes and index entries, never its objects. ``oids`` may be a
     generator that plans as it goes: ``after_pack`` runs once each pack is stored,
-    before the next object is asked for, so everything asked for so far is stored."""
+    before the next object is asked for, so everything asked for so far is stored.
+
+    ``marker``: the remote's marker as the caller read it, raised to
+    ARRAY_BLOCKS_VERSION before the first pack is written (its blocks may be in the
+    array layout, which an ags that reads remote format 1 would take for damage)."""
     source = (reader or _Reader(store)).contents(oids)
     packs = 0
 
@@ -307,6 +315,7 @@ def send_objects(
 
     for first in source:  # each turn takes objects from ``source`` up to a pack's worth
         pack, index = encode_block_pack(one_pack(first))
+        marker = raise_marker(storage, marker, ARRAY_BLOCKS_VERSION)
         name = new_pack_name()
         storage.put_new(pack_key(name), pack)
         storage.put_new(index_key(name), index)  # after the pack: an index names a whole pack
@@ -363,7 +372,7 @@ def push(
     cells. Rejected refs are in the result (nothing of theirs is overwritten);
     the caller moves remote-tracking refs (``record_push``)."""
     storage.check()
-    ensure_marker(storage)
+    marker = ensure_marker(storage)
     records: dict[str, RefRecord] = {}
     for ref in refs:
         rec = store.read_ref(ref)
@@ -419,7 +428,7 @@ def push(
             swapped.update(zip((p.ref for p in todo), outcomes, strict=True))
             ready.clear()
 
-        packs = send_objects(storage, store, objects(), reader, swap_ready)
+        packs = send_objects(storage, store, marker, objects(), reader, swap_ready)
         swap_ready()
     results = []
     for plan in plans:
@@ -461,7 +470,7 @@ def delete_refs(
         if ref_of_cell(cell_key(ref)) != ref:
             raise InvalidName(f"{ref} names no session or tag (sessions/<id>, tags/<name>)")
     storage.check()
-    if not read_marker(storage):
+    if read_marker(storage) is None:
         return PushResult(
             [RefPush(r, None, None, "rejected", "the remote has no such ref") for r in refs], 0, 0
         )

@@ -50,6 +50,7 @@ from .layout import (
     PIN_KEY_RE,
     PINS,
     REFS,
+    Marker,
     check_cell_value,
     index_key,
     pack_key,
@@ -121,12 +122,13 @@ def collect_remote_garbage(
             "a push running beside gc relies on it"
         )
     storage.check()
-    if not read_marker(storage):
+    marker = read_marker(storage)
+    if marker is None:
         return RemoteGcReport(0, 0, 0, 0)
     holder = secrets.token_hex(8)
     _take_lease(storage, holder)
     try:
-        return _collect(store, storage, remote, grace, dry_run)
+        return _collect(store, storage, marker, remote, grace, dry_run)
     finally:
         _release_lease(storage, holder)
 
@@ -147,7 +149,12 @@ def _pinned(store: Store, storage: RemoteStorage, remote: str, cutoff: datetime)
 
 
 def _collect(
-    store: Store, storage: RemoteStorage, remote: str, grace: float, dry_run: bool
+    store: Store,
+    storage: RemoteStorage,
+    marker: Marker,
+    remote: str,
+    grace: float,
+    dry_run: bool,
 ) -> RemoteGcReport:
     cutoff = _server_now(storage) - timedelta(seconds=grace)
     # Choose, before any ref is read.
@@ -206,7 +213,7 @@ def _collect(
             deleted += 1
             continue
         if keep:
-            send_objects(storage, store, keep)  # the new copy first, then the old one goes
+            send_objects(storage, store, marker, keep)  # the new copy first, then the old one goes
             rewritten += 1
         storage.delete(index_key(name))
         storage.delete(pack_key(name))

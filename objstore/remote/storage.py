@@ -212,6 +212,19 @@ class RemoteStorage(ABC):
             raise KeyMissing(self.url, key)
         return found[0]
 
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """``key``'s content and etag (its version, for ``replace``), or KeyMissing."""
+        found = self._read(check_key(key))
+        if found is None:
+            raise KeyMissing(self.url, key)
+        return found
+
+    def replace(self, key: str, data: bytes, etag: str) -> str:
+        """Write ``key`` if it is still at ``etag`` (S3 ``If-Match``): its new etag, or
+        SwapFailed. For a key whose bodies never repeat (the marker only goes up), so
+        an etag read once is never met again; cells, whose values may, have ``swap``."""
+        return self._put_if_match(check_key(key), data, etag)
+
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` (exclusive) of ``key``: one request, whatever the
         key's size. The caller checks it got ``end - start`` bytes."""
