@@ -62,6 +62,7 @@ from .packs import (
 )
 from .refs import journaled_generation
 from .repack import packs_to_merge
+from .sealing import BackgroundSeal
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
@@ -132,6 +133,9 @@ class ObjectStore:
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
+        # The handle's previous pack while a thread of its own seals it (sealing.py):
+        # read like ``_writer`` until the handle takes in what the seal wrote.
+        self._seal: BackgroundSeal | None = None
         self.recover()
 
     # -- discovery -----------------------------------------------------------
@@ -153,7 +157,7 @@ class ObjectStore:
         except FileNotFoundError:
             return
         names = set(listed)
-        own = self._writer.path.name if self._writer else None
+        own = {w.path.name for w in self._own_packs()}
         for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
         for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
@@ -161,7 +165,7 @@ class ObjectStore:
         for stem in [stem for stem in self._open if f"{stem}.pack" not in names]:
             self._forget_open(stem)  # sealed into a block pack, which this listing holds
         for name in listed:
-            if not name.endswith(".pack") or name == own:
+            if not name.endswith(".pack") or name in own:
                 continue
             stem = name[: -len(".pack")]
             if stem in self._sealed or stem in self._damaged:
@@ -249,8 +253,8 @@ class ObjectStore:
         object stored twice comes twice."""
         self.refresh()
         others: list[str] = []
-        if self._writer is not None:
-            others += self._writer.index
+        for w in self._own_packs():
+            others += w.index
         for open_pack in self._open.values():
             others += open_pack.index
         others += (oid for oid, _path in self._loose_files())
@@ -265,10 +269,14 @@ class ObjectStore:
     def loose_path(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
 
+    def _own_packs(self) -> list[PackWriter]:
+        """The packs this handle writes: its live pack, and the one being sealed."""
+        own = [self._writer] if self._writer is not None else []
+        return own if self._seal is None else [*own, self._seal.writer]
+
     def _stored(self, oid: str) -> bytes | None:
         """The stored form of an object in a pack being written, or a loose file."""
-        w = self._writer
-        if w is not None:
+        for w in self._own_packs():
             loc = w.index.get(oid)
             if loc:
                 return w.read(loc)
@@ -329,7 +337,7 @@ class ObjectStore:
         """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
         None at once for an object in a pack being written (``get`` reads those first),
         so the newest messages beside a live writer cost no search of every index."""
-        if (self._writer is not None and oid in self._writer.index) or any(
+        if any(oid in w.index for w in self._own_packs()) or any(
             p.holds(oid) for p in self._open.values()
         ):
             return None
@@ -369,7 +377,7 @@ class ObjectStore:
 
     def _stored_location_known(self, oid: str) -> bool:
         return (
-            (self._writer is not None and oid in self._writer.index)
+            any(oid in w.index for w in self._own_packs())
             or any(p.find(oid) for p in self._open.values())
             or any(p.find(oid) for p in self._sealed.values())
         )
@@ -383,6 +391,8 @@ class ObjectStore:
         w = self._writer
         if w is not None and oid in w.index:
             return True
+        if self._seal is not None and oid in self._seal.writer.index:
+            return True  # synced before any append that may rely on it (``commit``)
         for stem, pack in self._open.items():
             if pack.find(oid):
                 self._relied_on[stem] = pack
@@ -407,8 +417,8 @@ class ObjectStore:
         duplicates left in), with each object's content length where an index
         gives it (``SealedPack.sizes``)."""
         self.refresh()
-        if self._writer is not None:
-            yield from ((oid, loc[1], None) for oid, loc in list(self._writer.index.items()))
+        for w in self._own_packs():
+            yield from ((oid, loc[1], None) for oid, loc in list(w.index.items()))
         for pack in list(self._open.values()):
             yield from ((oid, loc[1], None) for oid, loc in list(pack.index.items()))
         for sealed in list(self._sealed.values()):
@@ -431,7 +441,7 @@ class ObjectStore:
         each time, loose files not at all): what sizes a whole-store ``IdSet``."""
         count = sum(pack.count for pack in self._sealed.values())
         count += sum(len(pack.index) for pack in self._open.values())
-        return count + (len(self._writer.index) if self._writer is not None else 0)
+        return count + sum(len(w.index) for w in self._own_packs())
 
     def release_pages(self) -> None:
         """Let go of the pages of the sealed packs this process has read (see
@@ -447,8 +457,8 @@ class ObjectStore:
         """Every object id starting with ``prefix`` (lower-case hex, at least 2 digits)."""
         self.refresh()
         found: set[str] = set()
-        if self._writer is not None:
-            found.update(oid for oid in self._writer.index if oid.startswith(prefix))
+        for w in self._own_packs():
+            found.update(oid for oid in w.index if oid.startswith(prefix))
         for pack in self._open.values():
             found.update(oid for oid in pack.index if oid.startswith(prefix))
         for sealed in self._sealed.values():
@@ -467,8 +477,8 @@ class ObjectStore:
     def ids(self) -> Iterator[str]:
         """Every object id this handle can see (duplicates across packs are possible)."""
         self.refresh()
-        if self._writer is not None:
-            yield from list(self._writer.index)
+        for w in self._own_packs():
+            yield from list(w.index)
         for pack in self._open.values():
             yield from list(pack.index)
         for sealed in self._sealed.values():
@@ -497,6 +507,8 @@ class ObjectStore:
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
+        if self._seal is not None and self._seal.done:
+            self._finish_seal()
         content = objects.content_of(kind, body)
         oid = objects.content_id(content)
         w = self._writer
@@ -520,7 +532,7 @@ class ObjectStore:
         if w is not None and w.size < MAX_PACK_BYTES:
             return w
         if w is not None:
-            self._seal_writer(w)
+            self._start_seal(w)
         make_dirs(self.pack_dir)
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
@@ -549,14 +561,14 @@ class ObjectStore:
     def journaled_names(self, prefix: str) -> set[str]:
         """The names starting with ``prefix`` of every ref a live pack journals."""
         self.refresh()
-        names = set(self._writer.journaled) if self._writer is not None else set()
+        names = {name for w in self._own_packs() for name in w.journaled}
         for pack in self._open.values():
             names |= pack.journaled_names()
         return {name for name in names if name.startswith(prefix)}
 
     def _journaled_updates(self, name: str) -> Iterator[dict[str, Any] | None]:
-        if self._writer is not None:
-            yield self._writer.journaled.get(name)
+        for w in self._own_packs():
+            yield w.journaled.get(name)
         for pack in self._open.values():
             yield pack.journaled(name)
 
@@ -570,6 +582,8 @@ class ObjectStore:
         """Make every object this handle appended to packs, or relies on in another
         writer's unsealed pack, durable."""
         self._sync_relied_on()
+        if self._seal is not None:
+            self._seal.writer.sync()
         if self._writer is not None:
             self._writer.flush()
             self._writer.sync()
@@ -577,17 +591,28 @@ class ObjectStore:
     def commit(self) -> None:
         """Make the journaled update just written durable (Journal.commit): the packs
         this handle relies on first, then, outside the caller's turn, this pack,
-        with one fsync for every thread whose records came before it."""
+        with one fsync for every thread whose records came before it.
+
+        The pack being sealed counts among those relied on: an append may have found
+        an object there (``_fresh_copy``). Its seal fsyncs it first thing, so this
+        waits at most for that fsync, shared with every thread that needs it."""
         self._sync_relied_on()
         w = self._writer
         if w is None:
             return
+        older = self._seal.writer if self._seal is not None else None
         w.hold()
+        if older is not None:
+            older.hold()  # not let go of by the handle while this thread syncs it
         self._leave_turn()
         try:
+            if older is not None:
+                older.sync()
             w.sync(self._gather)
         finally:
             w.let_go()
+            if older is not None:
+                older.let_go()
 
     def _sync_relied_on(self) -> None:
         if self._relied_on:
@@ -596,23 +621,61 @@ class ObjectStore:
             fsync_dir(self.pack_dir)  # its writer may not have made its name durable yet
             self._relied_on.clear()
 
-    def _seal_writer(self, w: PackWriter) -> None:
-        """Seal this handle's pack: the ref files brought up to its journal (durable),
-        then its objects written again, compressed together, into a block pack
-        (FORMAT.md 5.5) that takes its place; the journal records, needed no more,
-        are not copied. A crash before the old pack is gone leaves both: the next
-        open recovers the old one (its replay writes nothing) and the next repack
-        merges the copies."""
+    def _start_seal(self, w: PackWriter) -> None:
+        """Seal this handle's full pack in the background (sealing.py), after the seal
+        before it has ended (one at a time); appends go on into a new pack."""
+        self._finish_seal()
         self._writer = None  # whatever happens below, this handle is done with it
         try:
-            w.flush()
-            w.sync()
-            # The ref files, newer than before: from here no record is needed.
-            self._replay(list(w.journaled.values()))
+            w.flush()  # all of it in the file: nothing is added to it from here on
+            self._before_blocks()
         except BaseException:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise
-        self._before_blocks()
+        self._seal = BackgroundSeal(w, self._sealed_pack)
+
+    def _finish_seal(self) -> None:
+        """Wait for the background seal, if any; take in the block pack it wrote and
+        let go of the old pack (or, if the seal failed, leave that pack unsealed for
+        the next open to recover, and raise what it raised)."""
+        seal = self._seal
+        if seal is None:
+            return
+        try:
+            path = seal.wait()
+        finally:
+            self._seal = None
+            seal.writer.release()
+        if path.stem not in self._sealed:  # else a refresh took it in already
+            with suppress(FileNotFoundError):  # merged away by another's repack just now
+                self._sealed[path.stem] = SealedPack(path)
+
+    def _seal_writer(self, w: PackWriter) -> None:
+        """Seal this handle's pack here and now (``_sealed_pack``) and take in the block
+        pack that replaces it."""
+        self._writer = None  # whatever happens below, this handle is done with it
+        try:
+            w.flush()
+            self._before_blocks()
+            path = self._sealed_pack(w)
+        finally:
+            w.release()
+        self._sealed[path.stem] = SealedPack(path)
+
+    def _sealed_pack(self, w: PackWriter) -> Path:
+        """Seal a pack nothing more is added to (FORMAT.md 5.2): the ref files brought
+        up to its journal (durable), then its objects written again, compressed
+        together, into a block pack (5.5) that takes its place; the journal records,
+        needed no more, are not copied. Returns the block pack's path. Changes
+        nothing of the handle's, so it may run in a thread of its own (sealing.py);
+        the caller lets go of ``w``.
+
+        A crash before the old pack is gone leaves both: the next open recovers the
+        old one (its replay writes nothing) and the next repack merges the copies.
+        An error leaves the old pack as a crash would."""
+        w.sync()
+        # The ref files, newer than before: from here no record is needed.
+        self._replay(list(w.journaled.values()))
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
         try:
             for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
@@ -629,12 +692,11 @@ class ObjectStore:
             blocks.seal()
         except BaseException:
             blocks.abandon()
-            w.release()
             raise
-        self._sealed[blocks.name] = SealedPack(blocks.path)
         os.unlink(w.path)
         fsync_dir(self.pack_dir)
-        w.release()
+        w.drop_live_index()  # after the pack, while its flock is still held (5.6)
+        return blocks.path
 
     def add_pack(self, pack: bytes, index: bytes, name: str) -> int:
         """Add a whole block pack that came from elsewhere (a remote), verified first
@@ -864,10 +926,19 @@ class ObjectStore:
                     os.unlink(entry.path)
 
     def close(self) -> None:
-        """Seal this handle's pack, merge packs if there are too many, let go of every file."""
-        if self._writer is not None:
-            self._seal_writer(self._writer)
-            self.repack()
+        """Seal this handle's pack (after a seal running in the background), merge packs
+        if there are too many, let go of every file."""
+        if self._seal is not None and self._seal.in_its_thread:
+            # Collected in the seal's own thread: the seal ends by itself, and its pack
+            # is let go of when the process ends (recovered as after a crash if it
+            # failed).
+            self._seal = None
+        try:
+            self._finish_seal()
+        finally:
+            if self._writer is not None:
+                self._seal_writer(self._writer)
+                self.repack()
         for pack in self._open.values():
             pack.close()
         for sealed in self._sealed.values():

@@ -266,9 +266,10 @@ class PackWriter:
                 os.write(self._live_fd, LIVE_MAGIC)
             os.write(self._live_fd, entry)
         except OSError:
-            self._drop_live_index()  # a full disk: readers scan instead
+            self.drop_live_index()  # a full disk: readers scan instead
 
-    def _drop_live_index(self) -> None:
+    def drop_live_index(self) -> None:
+        """Delete the live index (5.6): when the pack is deleted, or cannot keep one."""
         if self._live_fd >= 0:
             os.close(self._live_fd)
         self._live_fd = -2  # none for this pack any more
@@ -359,13 +360,13 @@ class PackWriter:
         """Let go of the pack (and its flock), once no thread is syncing it."""
         with self._idle:
             self._idle.wait_for(lambda: self._holders == 0)
-        self._drop_live_index()
+        self.drop_live_index()
         os.close(self._fd)
         self._fd = -1
 
     def abandon(self) -> None:
         """Remove a pack that will never be sealed (an error while writing it)."""
-        self._drop_live_index()
+        self.drop_live_index()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
         with suppress(OSError):
