@@ -73,6 +73,19 @@ RECORD_OVERHEAD: Final = RECORD_HEAD.size
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    """An object hashed and compressed for this handle's pack outside its turn, by the
+    thread that will append it (``ObjectStore.prepare``), so the thread that has the
+    turn does not: zstd and BLAKE3 let go of the GIL, so threads do this side by side."""
+
+    kind: str
+    oid: str
+    content: bytes  # kind + NUL + body
+    stored: bytes  # its stored form at LIVE_LEVEL
+    exact: bool  # a JSON body orjson wrote (``put``)
+
+
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     objects_swept: int  # distinct unreachable objects removed (or that would be)
     bytes_freed: int
@@ -504,13 +517,36 @@ class ObjectStore:
         other packs are not searched for one: were there a copy, this one would only
         cost its bytes until a repack merges the two. ``exact``: a JSON body orjson
         wrote (canonical.encode), which its seal need not parse again."""
+        content = objects.content_of(kind, body)
+        return self._put(kind, objects.content_id(content), content, None, pack, unique, exact)
+
+    @staticmethod
+    def prepare(kind: str, body: bytes, exact: bool = False) -> Prepared:
+        """An object to ``put_prepared`` into this handle's pack, made outside its turn
+        (it touches nothing of the handle's)."""
+        content = objects.content_of(kind, body)
+        stored = objects.stored_content(kind, content, LIVE_LEVEL)
+        return Prepared(kind, objects.content_id(content), content, stored, exact)
+
+    def put_prepared(self, obj: Prepared) -> str:
+        """``put`` of a prepared object into this handle's pack; return its id."""
+        return self._put(obj.kind, obj.oid, obj.content, obj.stored, True, False, obj.exact)
+
+    def _put(
+        self,
+        kind: str,
+        oid: str,
+        content: bytes,
+        stored: bytes | None,
+        pack: bool,
+        unique: bool,
+        exact: bool,
+    ) -> str:
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
         if self._seal is not None and self._seal.done:
             self._finish_seal()
-        content = objects.content_of(kind, body)
-        oid = objects.content_id(content)
         w = self._writer
         if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
             if oid not in w.index:
@@ -521,7 +557,8 @@ class ObjectStore:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         if pack:
-            stored = objects.stored_content(kind, content, LIVE_LEVEL)
+            if stored is None:
+                stored = objects.stored_content(kind, content, LIVE_LEVEL)
             self._pack_writer().add_object(oid, stored, content, exact)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
@@ -529,24 +566,32 @@ class ObjectStore:
 
     def _pack_writer(self) -> PackWriter:
         w = self._writer
-        if w is not None and w.size < MAX_PACK_BYTES:
-            return w
+        if w is not None and (w.size < MAX_PACK_BYTES or self._seal is not None):
+            # A full pack waits for the seal of the one before it, never the other way
+            # round: the seal takes ref locks, which appends hold until they are
+            # durable (a leader holds those of every append it runs, combining.py).
+            if self._seal is None or not self._seal.done:
+                return w
+            self._finish_seal()
+            if w.size < MAX_PACK_BYTES:
+                return w
         if w is not None:
             self._start_seal(w)
         make_dirs(self.pack_dir)
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
-    def journal_ref_update(self, update: dict[str, Any]) -> None:
+    def journal_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
         """Record a ref update in this handle's pack (durable with the next ``sync``): from
-        here until the pack is sealed, that record is the ref's newest value (Journal)."""
+        here until the pack is sealed, that record is the ref's newest value (Journal).
+        ``write=False``: held, to be written with the next ``flush`` (appends.py)."""
         if self._before_journal is not None:
             self._before_journal()  # an older ags would read the stale ref file (FORMAT.md 2)
             self._before_journal = None
         # The pack the update's objects went to, even past its size limit: sealing it
         # here would write ref files under the ref lock this update holds.
         w = self._writer if self._writer is not None else self._pack_writer()
-        w.add_ref_update(update)
+        w.add_ref_update(update, write=write)
 
     def journaled(self, name: str, look: bool = True) -> dict[str, Any] | None:
         """The newest journaled update of ref ``name`` in the packs not sealed yet (this
@@ -588,10 +633,11 @@ class ObjectStore:
             self._writer.flush()
             self._writer.sync()
 
-    def commit(self) -> None:
+    def commit(self, left: Callable[[], None] = lambda: None) -> None:
         """Make the journaled update just written durable (Journal.commit): the packs
-        this handle relies on first, then, outside the caller's turn, this pack,
-        with one fsync for every thread whose records came before it.
+        this handle relies on first, then, outside the caller's turn (``left`` runs
+        once it is given up), this pack, with one fsync for every thread whose
+        records came before it.
 
         The pack being sealed counts among those relied on: an append may have found
         an object there (``_fresh_copy``). Its seal fsyncs it first thing, so this
@@ -604,8 +650,9 @@ class ObjectStore:
         w.hold()
         if older is not None:
             older.hold()  # not let go of by the handle while this thread syncs it
-        self._leave_turn()
         try:
+            self._leave_turn()
+            left()
             if older is not None:
                 older.sync()
             w.sync(self._gather)
@@ -622,9 +669,8 @@ class ObjectStore:
             self._relied_on.clear()
 
     def _start_seal(self, w: PackWriter) -> None:
-        """Seal this handle's full pack in the background (sealing.py), after the seal
-        before it has ended (one at a time); appends go on into a new pack."""
-        self._finish_seal()
+        """Seal this handle's full pack in the background (sealing.py), the seal before
+        it having ended (one at a time); appends go on into a new pack."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
             w.flush()  # all of it in the file: nothing is added to it from here on

@@ -195,6 +195,7 @@ class PackWriter:
         # The newest journaled update of each ref: the truth for that ref (when newer
         # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
         self.journaled: dict[str, dict[str, Any]] = {}
+        self._journal_undo: list[tuple[str, dict[str, Any] | None]] = []  # of held updates
         # The live index (live_index.py): records written since its last entry.
         self._live_objects: list[tuple[bytes, int]] = []
         self._live_refs: list[int] = []
@@ -246,8 +247,15 @@ class PackWriter:
             self._held, self._held_ids = [], []
             objects_noted, refs_noted = self._live_written
             del self._live_objects[objects_noted:], self._live_refs[refs_noted:]
+            for ref, before in reversed(self._journal_undo):  # the held updates never were
+                if before is None:
+                    self.journaled.pop(ref, None)
+                else:
+                    self.journaled[ref] = before
+            self._journal_undo = []
             raise
         self._held, self._held_ids = [], []
+        self._journal_undo = []
         self._in_file = self.size
         if len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
             self._note_live()
@@ -291,14 +299,19 @@ class PackWriter:
             if exact:
                 self.exact.add(oid)
 
-    def add_ref_update(self, update: dict[str, Any]) -> None:
+    def add_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
         """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
-        one write with the objects held before it. Durable after ``sync``; its ref
-        file is written when the pack is sealed."""
+        one write with the objects held before it (``write=False``: held, written with
+        the next ``flush``, the handle's own reads taking it at once). Durable after
+        ``sync``; its ref file is written when the pack is sealed."""
         body = canonical.dumps(update, fast=canonical.check_json(update))
         checksum, stored = objects.encode("ref", body, objects.JOURNAL_LEVEL)
-        self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
-        self.journaled[update["ref"]] = update
+        name = update["ref"]
+        self._journal_undo.append((name, self.journaled.get(name)))
+        self.journaled[name] = update
+        self._hold([(TYPE_REF, bytes.fromhex(checksum), stored)])
+        if write:
+            self.flush()
 
     def read(self, loc: Location) -> bytes:
         if loc[0] >= self._in_file:

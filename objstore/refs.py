@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -75,7 +76,7 @@ Journaled = Callable[[str, bool], "dict[str, Any] | None"]
 class Journal(Protocol):
     """Where journaled ref updates are recorded: the writer's pack (ObjectStore)."""
 
-    def journal_ref_update(self, update: dict[str, Any]) -> None: ...
+    def journal_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None: ...
 
     def commit(self) -> None:
         """Make the journal durable; the caller may lose its turn (turns.py) here."""
@@ -497,6 +498,7 @@ class RefStore:
         *,
         journal: Journal | None = None,
         log: bool = True,
+        until_durable: list[Callable[[], None]] | None = None,
     ) -> RefRecord | None:
         """Update one ref atomically; ``change(current)`` returns the new body or None to delete.
 
@@ -506,9 +508,15 @@ class RefStore:
         is journaled (see the module doc); inside a batch it is staged.
         ``log=False`` writes no reflog line (an append: the parent chain is its
         history, FORMAT.md 7).
+
+        ``until_durable`` (appends written together, appends.py): a journaled update
+        is held in the pack, not written nor made durable here, and what lets go of
+        the ref's lock is added to the list, for the caller to run (in this thread)
+        once the update is durable.
         """
         check_ref_name(name)
         held = self._take(name)
+        kept = False
         try:
             # A journaled update is made under the session's writer lock (Store), taken
             # with a fresh look: no pack this handle does not know can have journaled
@@ -544,13 +552,20 @@ class RefStore:
             elif journal is not None and current is not None and record is not None and not log:
                 # No file, no rename: the pack's record is the ref until the pack is
                 # sealed, and its one fsync makes the objects and the update durable.
-                journal.journal_ref_update({"body": record.body, "log": None, "ref": name})
-                journal.commit()
+                update = {"body": record.body, "log": None, "ref": name}
+                if until_durable is None:
+                    journal.journal_ref_update(update)
+                    journal.commit()
+                else:
+                    journal.journal_ref_update(update, write=False)
+                    until_durable.append(partial(self._let_go, name, held))
+                    kept = True
             else:
                 self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
         finally:
-            self._let_go(name, held)
+            if not kept:
+                self._let_go(name, held)
 
     def _generation(self, name: str) -> int:
         """The generation of the ref's file (0 if missing or unreadable), read without

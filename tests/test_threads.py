@@ -4,9 +4,16 @@ process, since a thread-unsafe compressor kills the interpreter (SIGSEGV)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
+
+from objstore import SessionArchived, Store, packs
 
 SHARED = """
 import sys, threading
@@ -107,3 +114,84 @@ def test_threads_appending_to_one_session_take_turns(tmp_path: Path) -> None:
     one's fsync), none is lost or reordered within its thread, nothing deadlocks."""
     done = run(SAME_SESSION, tmp_path / "store")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr[-3000:]
+
+
+def test_an_append_that_fails_fails_only_its_own_thread(tmp_path: Path) -> None:
+    """Appends of several threads are run by one of them (objstore/combining.py): an
+    append refused (an archived session) raises in the thread that made it, and
+    the appends run with it, before it and after it, are written."""
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(6)]
+        store.archive(sids[0])
+        refused: list[BaseException] = []
+        heads: dict[int, list[str]] = {t: [] for t in range(1, 6)}
+
+        def work(t: int) -> None:
+            for i in range(40):
+                try:
+                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                except SessionArchived as e:
+                    refused.append(e)
+                else:
+                    heads[t].append(node)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(refused) == 40 and all(e.session == sids[0] for e in refused)
+    with Store.open(tmp_path / "store") as store:
+        for t in range(1, 6):
+            assert [e.id for e in store.log(sids[t])][::-1] == heads[t]
+
+
+def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write of a group of appends that fails (a full disk) fails every append of
+    the group, in its own thread, and leaves none of them in the pack or in the
+    handle's memory: each session goes on from its last acknowledged append."""
+    real_write = os.write
+    lock = threading.Lock()
+    count = [0]
+
+    def full_for_a_while(fd: int, data: bytes) -> int:
+        with lock:
+            count[0] += 1
+            full = 20 <= count[0] < 30
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(8)]
+        acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
+        failed = [0] * 8
+        monkeypatch.setattr(packs.os, "write", full_for_a_while)
+
+        def work(t: int) -> None:
+            for i in range(25):
+                try:
+                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC
+                    failed[t] += 1
+                else:
+                    acknowledged[t].append(node)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        monkeypatch.undo()
+        assert sum(failed) >= 10  # each failed write failed one append or more
+        for t in range(8):
+            assert len(acknowledged[t]) + failed[t] == 25
+            assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
+    with Store.open(tmp_path / "store") as store:
+        for t in range(8):
+            assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
+        for oid in store.objects.ids():
+            store.objects.get(oid)
