@@ -692,7 +692,7 @@ class ObjectStore:
         finally:
             self._seal = None
             seal.writer.release()
-        if path.stem not in self._sealed:  # else a refresh took it in already
+        if path is not None and path.stem not in self._sealed:  # else taken in already
             with suppress(FileNotFoundError):  # merged away by another's repack just now
                 self._sealed[path.stem] = SealedPack(path)
 

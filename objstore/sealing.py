@@ -57,10 +57,11 @@ class BackgroundSeal:
         closing, collected there), which must not wait for itself."""
         return self._thread is threading.current_thread()
 
-    def wait(self) -> Path:
-        """Wait for the seal to end; the block pack's path, or the seal's error."""
+    def wait(self) -> Path | None:
+        """Wait for the seal to end; the block pack's path, or the seal's error. None in
+        a process forked while the seal ran: the thread is not there, and the pack is
+        the parent's to seal."""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        assert self._sealed is not None  # the thread ended without an error
         return self._sealed

@@ -8,6 +8,7 @@ must be there after the next open, and that open must leave no pack unsealed."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from objstore import Store, object_store
+from objstore import Store, object_store, packs
 
 APPENDER = r"""
 import sys, threading
-from objstore import Store, object_store
+from objstore import Store, object_store, packs
 object_store.MAX_PACK_BYTES = 4096  # a seal every few appends
 store = Store.open(sys.argv[1])
 sids = sys.argv[2].split(",")
@@ -170,3 +171,38 @@ def test_an_append_that_relies_on_the_pack_being_sealed_waits_for_its_fsync(
         offset, length = full.index[state_id]
         assert durable.get(full._fd, 0) >= offset + length, "returned before the fsync"
         first.join(30)
+
+
+def test_a_seal_that_fails_is_named_by_the_next_write_and_recovered_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background seal that fails (a full disk while writing the block pack) leaves
+    the old pack as a crash would; the handle's next write raises the error, once,
+    and its appends go on; the next open seals the old pack."""
+    monkeypatch.setattr(object_store, "MAX_PACK_BYTES", 2048)
+    real = packs.BlockPackWriter.seal
+    failures = [0]
+
+    def full_disk(self: packs.BlockPackWriter) -> None:
+        if not failures[0]:
+            failures[0] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self)
+
+    monkeypatch.setattr(packs.BlockPackWriter, "seal", full_disk)
+    path = tmp_path / "store"
+    heads: list[str] = []
+    raised: list[OSError] = []
+    with Store.open(path) as store:
+        sid = store.new_session()
+        for i in range(60):
+            try:
+                heads.append(store.append(sid, {"role": "user", "content": f"m{i} " + "x" * 200}))
+            except OSError as e:
+                raised.append(e)
+        assert [e.errno for e in raised] == [errno.ENOSPC]
+        assert [e.id for e in store.log(sid)][::-1] == heads
+    assert len(unsealed(path)) == 1  # the one whose seal failed
+    with Store.open(path) as store:
+        assert unsealed(path) == []
+        assert [e.id for e in store.log(sid)][::-1] == heads
