@@ -584,7 +584,7 @@ class ObjectStore:
     def journal_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
         """Record a ref update in this handle's pack (durable with the next ``sync``): from
         here until the pack is sealed, that record is the ref's newest value (Journal).
-        ``write=False``: held, to be written with the next ``flush`` (appends.py)."""
+        ``write=False``: held, to be written with the next ``flush`` (combining.py)."""
         if self._before_journal is not None:
             self._before_journal()  # an older ags would read the stale ref file (FORMAT.md 2)
             self._before_journal = None

@@ -509,7 +509,7 @@ class RefStore:
         ``log=False`` writes no reflog line (an append: the parent chain is its
         history, FORMAT.md 7).
 
-        ``until_durable`` (appends written together, appends.py): a journaled update
+        ``until_durable`` (appends written together, combining.py): a journaled update
         is held in the pack, not written nor made durable here, and what lets go of
         the ref's lock is added to the list, for the caller to run (in this thread)
         once the update is durable.
