@@ -35,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import suppress
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -77,6 +78,7 @@ from .pack_format import (
     scan_buffer,
     sorted_index_chunks,
 )
+from .shared_fsync import SharedFsync
 
 MAX_PACK_BYTES: Final = 1024 * 1024
 """A handle seals its pack (compressing it into a block pack) once it passes this:
@@ -185,10 +187,7 @@ class PackWriter:
         self.exact: set[str] = set()  # of those, JSON orjson wrote (``block_payload``)
         self._kept = 0
         self._dir_synced = False
-        self._synced = 0  # bytes known durable
-        # One fsync at a time (``_syncing``); it covers what came before it began.
-        self._fsync = threading.Condition()
-        self._syncing = False
+        self._fsyncs = SharedFsync()  # one at a time, covering what came before it
         self._fsync_time = 0.0  # seconds, a moving average
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
@@ -320,44 +319,26 @@ class PackWriter:
 
     def sync(self, gather: Callable[[float], None] = lambda longest: None) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began, and
-        the thread that starts one first lets ``gather`` wait, about as long as an
-        fsync takes at most, for the appends on their way (turns.Turns.gather).
-
-        One thread at a time syncs; the others wait on a condition, and all of
-        them wake when it is done: those it covered return at once, and the
-        first of the rest starts the next fsync. (Waiting on a plain lock would
-        wake them one by one, each after the one before it got the interpreter
-        back, and the next fsync would start only at the end of that chain.)"""
+        share fsyncs (shared_fsync.py): each fsync covers every record written before
+        it began, and the thread that starts one first lets ``gather`` wait, about
+        as long as an fsync takes at most, for the appends on their way
+        (turns.Turns.gather)."""
         wanted = self._in_file  # held records are the caller's to flush first
-        if self._synced >= wanted:
-            return
-        with self._fsync:
-            while self._syncing:
-                self._fsync.wait()
-                if self._synced >= wanted:
-                    return  # another thread's fsync covered it
-            if self._synced >= wanted:
-                return
-            self._syncing = True
-        synced = False
-        try:
-            gather(self._fsync_time)
-            end = self._in_file  # every write up to here has returned
-            started = time.perf_counter()
-            os.fsync(self._fd)
-            # What the next gather may wait: about what an fsync takes (a moving average).
-            self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
-            if not self._dir_synced:
-                fsync_dir(self.path.parent)
-                self._dir_synced = True
-            synced = True
-        finally:
-            with self._fsync:
-                self._syncing = False
-                if synced:
-                    self._synced = max(self._synced, end)
-                self._fsync.notify_all()
+        if self._fsyncs.synced < wanted:
+            self._fsyncs.cover(wanted, partial(self._fsync_now, gather))
+
+    def _fsync_now(self, gather: Callable[[float], None]) -> int:
+        """One fsync (and of the directory, the first time); the end of what it covered."""
+        gather(self._fsync_time)
+        end = self._in_file  # every write up to here has returned
+        started = time.perf_counter()
+        os.fsync(self._fd)
+        # What the next gather may wait: about what an fsync takes (a moving average).
+        self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
+        if not self._dir_synced:
+            fsync_dir(self.path.parent)
+            self._dir_synced = True
+        return end
 
     def hold(self) -> None:
         """Keep the pack open while this thread syncs it outside its turn."""
