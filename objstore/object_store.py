@@ -142,6 +142,9 @@ class ObjectStore:
         self._recovery_lock = FileLock(locks_dir / "recovery")
         self._repack_lock = locks_dir / "repack"
         self._sealed: dict[str, SealedPack] = {}
+        # The ids in the packs this handle sealed, while they are fresh: an id not
+        # among them is not looked up in the pack's index (``_fresh_copy``).
+        self._sealed_ids: dict[str, frozenset[str]] = {}
         self._open: dict[str, OpenPack] = {}
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
@@ -411,8 +414,11 @@ class ObjectStore:
                 self._relied_on[stem] = pack
                 return True
         cutoff = time.time() - FRESHEN_AFTER
-        if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
-            return True
+        for stem, sealed in self._sealed.items():
+            if sealed.sealed_at >= cutoff:
+                ids = self._sealed_ids.get(stem)
+                if (ids is None or oid in ids) and sealed.find(oid):
+                    return True
         if not loose:
             return False
         try:
@@ -694,7 +700,20 @@ class ObjectStore:
             seal.writer.release()
         if path is not None and path.stem not in self._sealed:  # else taken in already
             with suppress(FileNotFoundError):  # merged away by another's repack just now
-                self._sealed[path.stem] = SealedPack(path)
+                self._take_in_sealed(path, seal.writer)
+
+    def _take_in_sealed(self, path: Path, w: PackWriter) -> None:
+        """Read the block pack this handle sealed ``w`` into, from here on, and keep
+        which ids it holds while it is fresh (``_sealed_ids``): a seal writes every
+        object of its pack, so those are its ids, and each is still looked up in
+        the index before an append relies on it."""
+        self._sealed[path.stem] = SealedPack(path)
+        cutoff = time.time() - FRESHEN_AFTER
+        for stem in list(self._sealed_ids):
+            sealed = self._sealed.get(stem)
+            if sealed is None or sealed.sealed_at < cutoff:
+                del self._sealed_ids[stem]  # merged away, or no longer fresh
+        self._sealed_ids[path.stem] = frozenset(w.index)
 
     def _seal_writer(self, w: PackWriter) -> None:
         """Seal this handle's pack here and now (``_sealed_pack``) and take in the block
@@ -706,7 +725,7 @@ class ObjectStore:
             path = self._sealed_pack(w)
         finally:
             w.release()
-        self._sealed[path.stem] = SealedPack(path)
+        self._take_in_sealed(path, w)
 
     def _sealed_pack(self, w: PackWriter) -> Path:
         """Seal a pack nothing more is added to (FORMAT.md 5.2): the ref files brought
