@@ -556,7 +556,7 @@ class ObjectStore:
         w = self._writer
         if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
             if oid not in w.index:
-                w.add_object(oid, objects.stored_content(kind, content, LIVE_LEVEL), content, exact)
+                w.add_object(oid, objects.stored_raw(kind, content), content, exact)
             return oid
         if self._fresh_copy(oid, loose=not pack):
             if not pack:

@@ -304,7 +304,8 @@ class PackWriter:
         the next ``flush``, the handle's own reads taking it at once). Durable after
         ``sync``; its ref file is written when the pack is sealed."""
         body = canonical.dumps(update, fast=canonical.check_json(update))
-        checksum, stored = objects.encode("ref", body, objects.JOURNAL_LEVEL)
+        content = objects.content_of("ref", body)
+        checksum, stored = objects.content_id(content), objects.stored_raw("ref", content)
         name = update["ref"]
         self._journal_undo.append((name, self.journaled.get(name)))
         self.journaled[name] = update
