@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -96,6 +96,13 @@ _last_second: tuple[int | None, str] = (None, "")
 
 def now_iso() -> str:
     return iso_time(time.time())
+
+
+@lru_cache(maxsize=4096)
+def _stripe_number(name: str) -> int:
+    """Which of the LOCK_STRIPES lock files guards ref ``name`` (FORMAT.md 9); kept
+    for the refs a handle updates again and again (a session it appends to)."""
+    return blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
 
 
 def check_session_id(session_id: str) -> str:
@@ -448,7 +455,7 @@ class RefStore:
         share. (Each thread with a lock file of its own made threads updating
         different refs of one stripe wait for each other, for as long as an
         append waits for its fsync, and every other thread behind them.)"""
-        number = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
+        number = _stripe_number(name)
         with self._guard:
             turn = self._ref_turns.get(name)
             if turn is None:

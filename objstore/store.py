@@ -228,7 +228,8 @@ def _checked_bodies(
     values checked against the limits before anything is written."""
     content_body = _json_body(content, what)
     state_body = _json_body(state, "state") if state is not None else None
-    _json_body(meta, "meta", META_DEPTH)
+    if meta is not None:
+        _json_body(meta, "meta", META_DEPTH)
     return content_body, state_body
 
 
