@@ -195,3 +195,75 @@ def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
             assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
         for oid in store.objects.ids():
             store.objects.get(oid)
+
+
+def _run_fsync(shared: object, wanted: int, end: int, ran: list[str], name: str,
+               gate: threading.Event | None = None, fail: bool = False) -> threading.Thread:
+    """A thread that asks ``shared`` (a SharedFsync) to cover ``wanted`` bytes; if it
+    is the one to run the fsync, it notes ``name``, waits for ``gate`` and covers
+    up to ``end`` (or raises, with ``fail``)."""
+    errors: list[BaseException] = []
+
+    def fsync() -> int:
+        ran.append(name)
+        if gate is not None:
+            gate.wait(30)
+        if fail:
+            raise OSError(errno.EIO, "fsync failed")
+        return end
+
+    def work() -> None:
+        try:
+            shared.cover(wanted, fsync)  # type: ignore[attr-defined]
+        except OSError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def _waiting(shared: object, count: int) -> None:
+    for _ in range(3000):
+        if len(shared._waiting) == count:  # type: ignore[attr-defined]
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the waiters never queued")
+
+
+def test_an_fsync_wakes_the_threads_it_covers_and_one_other_to_run_the_next() -> None:
+    from objstore.shared_fsync import SharedFsync
+
+    shared, ran, gate = SharedFsync(), [], threading.Event()
+    first = _run_fsync(shared, 10, 10, ran, "first", gate)
+    while not ran:
+        threading.Event().wait(0.01)
+    covered = _run_fsync(shared, 8, 99, ran, "covered")  # written before the first began
+    later = [_run_fsync(shared, 20 + i, 30, ran, f"later {i}") for i in range(3)]
+    _waiting(shared, 4)
+    gate.set()
+    for thread in [first, covered, *later]:
+        thread.join(30)
+        assert not thread.is_alive()
+    # The first fsync covered one waiter; one of the three written after it ran the
+    # next fsync, which covered the other two: two fsyncs for five threads.
+    assert ran[0] == "first" and len(ran) == 2 and ran[1].startswith("later")
+    assert shared.synced == 30
+
+
+def test_a_failed_fsync_is_raised_by_its_thread_and_the_next_waiter_runs_another() -> None:
+    from objstore.shared_fsync import SharedFsync
+
+    shared, ran, gate = SharedFsync(), [], threading.Event()
+    failing = _run_fsync(shared, 10, 10, ran, "failing", gate, fail=True)
+    while not ran:
+        threading.Event().wait(0.01)
+    waiting = _run_fsync(shared, 5, 10, ran, "waiting")
+    _waiting(shared, 1)
+    gate.set()
+    failing.join(30)
+    waiting.join(30)
+    assert [type(e) for e in failing.errors] == [OSError]  # type: ignore[attr-defined]
+    assert waiting.errors == []  # type: ignore[attr-defined]
+    assert ran == ["failing", "waiting"] and shared.synced == 10
