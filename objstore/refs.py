@@ -66,6 +66,7 @@ REMOTE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 LOCK_STRIPES: Final = 256
 OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
 OPEN_PINS: Final = 64  # ref files a handle keeps open between journaled updates
+OPEN_TURNS: Final = 256  # idle per-ref turns a handle keeps (``RefStore._forget``)
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -494,7 +495,9 @@ class RefStore:
         with self._guard:
             stripe.holders -= 1
             turn[1] -= 1
-            if not turn[1]:
+            # An idle ref's turn is kept for its next update (a session appended to
+            # again and again), up to OPEN_TURNS of them: not a lock made per append.
+            if not turn[1] and len(self._ref_turns) > OPEN_TURNS:
                 del self._ref_turns[name]
 
     def transact(
