@@ -40,14 +40,75 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
     """Raise InvalidInput if ``value`` would not come back exactly from JSON, or nests
     containers deeper than ``max_depth``; return whether ``dumps`` may write it
     ``fast``: no float, and less than FAST_TEXT characters of text."""
-    floats = False
-    text = 0
+    try:
+        return _weight(value, max_depth) < FAST_TEXT
+    except _Unsound:
+        pass
+    except RecursionError:  # max_depth above what the interpreter's stack allows
+        pass
+    _name_fault(value, where, max_depth)
+    raise AssertionError("_weight and _name_fault disagree")  # pragma: no cover
+
+
+class _Unsound(Exception):
+    """``_weight`` found something wrong; ``_name_fault`` says what and where."""
+
+
+def _weight(item: Any, room: int) -> int:
+    """The characters of text in ``item``, plus FAST_TEXT for each float; raises
+    _Unsound for anything ``check_json`` refuses, containers allowed ``room`` levels.
+
+    Called once an append for each message, its meta and its journal record, so
+    it is written for speed: no path is built (``_name_fault`` builds one, only
+    for a value found wrong), and strings, the usual leaves, are taken inline."""
+    kind = type(item)
+    if kind is str:
+        return len(item)
+    if kind is dict:
+        if not room:
+            raise _Unsound
+        room -= 1
+        weight = 0
+        for key, sub in item.items():
+            if type(key) is not str:
+                raise _Unsound
+            sub_kind = type(sub)
+            if sub_kind is str:
+                weight += len(key) + len(sub)
+            elif sub_kind is int or sub_kind is bool or sub is None:
+                weight += len(key)
+            else:
+                weight += len(key) + _weight(sub, room)
+        return weight
+    if kind is list:
+        if not room:
+            raise _Unsound
+        room -= 1
+        weight = 0
+        for sub in item:
+            sub_kind = type(sub)
+            if sub_kind is str:
+                weight += len(sub)
+            elif not (sub_kind is int or sub_kind is bool or sub is None):
+                weight += _weight(sub, room)
+        return weight
+    if kind is float:
+        if not math.isfinite(item):
+            raise _Unsound
+        return FAST_TEXT
+    if item is None or kind is bool or kind is int:
+        return 0
+    raise _Unsound
+
+
+def _name_fault(value: Any, where: str, max_depth: int) -> None:
+    """Raise the InvalidInput (or LimitExceeded) naming what ``_weight`` refused, and
+    where: the first fault found walking ``value``."""
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         kind = type(item)
         if kind is str:
-            text += len(item)
             continue
         if (kind is dict or kind is list) and depth == max_depth:
             raise LimitExceeded(
@@ -57,19 +118,16 @@ def check_json(value: Any, where: str = "value", max_depth: int = MAX_DEPTH) -> 
             for key, sub in item.items():
                 if type(key) is not str:
                     raise InvalidInput(f"{path}: key {key!r} is not a string")
-                text += len(key)
                 stack.append((sub, f"{path}.{key}", depth + 1))
         elif kind is list:
             stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
         elif kind is float:
             if not math.isfinite(item):
                 raise InvalidInput(f"{path}: {item!r} is not a JSON number")
-            floats = True
         elif item is None or kind is bool or kind is int:
             continue
         else:
             raise InvalidInput(f"{path}: {kind.__name__} is not a JSON type")
-    return not floats and text < FAST_TEXT
 
 
 FAST_TEXT: Final = 64 * 1024

@@ -62,6 +62,7 @@ from .packs import (
 )
 from .refs import journaled_generation
 from .repack import packs_to_merge
+from .sealing import BackgroundSeal
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
@@ -69,6 +70,19 @@ FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicate
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
 MIN_GRACE: Final = 2 * FRESHEN_AFTER
 RECORD_OVERHEAD: Final = RECORD_HEAD.size
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An object hashed and compressed for this handle's pack outside its turn, by the
+    thread that will append it (``ObjectStore.prepare``), so the thread that has the
+    turn does not: zstd and BLAKE3 let go of the GIL, so threads do this side by side."""
+
+    kind: str
+    oid: str
+    content: bytes  # kind + NUL + body
+    stored: bytes  # its stored form at LIVE_LEVEL
+    exact: bool  # a JSON body orjson wrote (``put``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +142,17 @@ class ObjectStore:
         self._recovery_lock = FileLock(locks_dir / "recovery")
         self._repack_lock = locks_dir / "repack"
         self._sealed: dict[str, SealedPack] = {}
+        # The ids in the packs this handle sealed, while they are fresh: an id not
+        # among them is not looked up in the pack's index (``_fresh_copy``).
+        self._sealed_ids: dict[str, frozenset[str]] = {}
         self._open: dict[str, OpenPack] = {}
         self._damaged: dict[str, str] = {}  # pack stem -> why it is left alone
         self._relied_on: dict[str, OpenPack] = {}  # others' unsealed packs to sync with ours
         self._writer: PackWriter | None = None
         self._last_in_block: tuple[str, SealedPack] | None = None  # (stem, pack): a hint
+        # The handle's previous pack while a thread of its own seals it (sealing.py):
+        # read like ``_writer`` until the handle takes in what the seal wrote.
+        self._seal: BackgroundSeal | None = None
         self.recover()
 
     # -- discovery -----------------------------------------------------------
@@ -154,7 +174,7 @@ class ObjectStore:
         except FileNotFoundError:
             return
         names = set(listed)
-        own = self._writer.path.name if self._writer else None
+        own = {w.path.name for w in self._own_packs()}
         for stem in [stem for stem in self._sealed if f"{stem}.pack" not in names]:
             self._sealed.pop(stem).close()  # merged into a pack this listing holds
         for stem in [stem for stem in self._damaged if f"{stem}.pack" not in names]:
@@ -162,7 +182,7 @@ class ObjectStore:
         for stem in [stem for stem in self._open if f"{stem}.pack" not in names]:
             self._forget_open(stem)  # sealed into a block pack, which this listing holds
         for name in listed:
-            if not name.endswith(".pack") or name == own:
+            if not name.endswith(".pack") or name in own:
                 continue
             stem = name[: -len(".pack")]
             if stem in self._sealed or stem in self._damaged:
@@ -250,8 +270,8 @@ class ObjectStore:
         object stored twice comes twice."""
         self.refresh()
         others: list[str] = []
-        if self._writer is not None:
-            others += self._writer.index
+        for w in self._own_packs():
+            others += w.index
         for open_pack in self._open.values():
             others += open_pack.index
         others += (oid for oid, _path in self._loose_files())
@@ -266,10 +286,14 @@ class ObjectStore:
     def loose_path(self, oid: str) -> str:
         return f"{self._root}/{oid[:2]}/{oid[2:]}"
 
+    def _own_packs(self) -> list[PackWriter]:
+        """The packs this handle writes: its live pack, and the one being sealed."""
+        own = [self._writer] if self._writer is not None else []
+        return own if self._seal is None else [*own, self._seal.writer]
+
     def _stored(self, oid: str) -> bytes | None:
         """The stored form of an object in a pack being written, or a loose file."""
-        w = self._writer
-        if w is not None:
+        for w in self._own_packs():
             loc = w.index.get(oid)
             if loc:
                 return w.read(loc)
@@ -330,7 +354,7 @@ class ObjectStore:
         """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
         None at once for an object in a pack being written (``get`` reads those first),
         so the newest messages beside a live writer cost no search of every index."""
-        if (self._writer is not None and oid in self._writer.index) or any(
+        if any(oid in w.index for w in self._own_packs()) or any(
             p.holds(oid) for p in self._open.values()
         ):
             return None
@@ -378,7 +402,7 @@ class ObjectStore:
 
     def _stored_location_known(self, oid: str) -> bool:
         return (
-            (self._writer is not None and oid in self._writer.index)
+            any(oid in w.index for w in self._own_packs())
             or any(p.find(oid) for p in self._open.values())
             or any(p.find(oid) for p in self._sealed.values())
         )
@@ -392,13 +416,18 @@ class ObjectStore:
         w = self._writer
         if w is not None and oid in w.index:
             return True
+        if self._seal is not None and oid in self._seal.writer.index:
+            return True  # synced before any append that may rely on it (``commit``)
         for stem, pack in self._open.items():
             if pack.find(oid):
                 self._relied_on[stem] = pack
                 return True
         cutoff = time.time() - FRESHEN_AFTER
-        if any(p.sealed_at >= cutoff and p.find(oid) for p in self._sealed.values()):
-            return True
+        for stem, sealed in self._sealed.items():
+            if sealed.sealed_at >= cutoff:
+                ids = self._sealed_ids.get(stem)
+                if (ids is None or oid in ids) and sealed.find(oid):
+                    return True
         if not loose:
             return False
         try:
@@ -416,8 +445,8 @@ class ObjectStore:
         duplicates left in), with each object's content length where an index
         gives it (``SealedPack.sizes``)."""
         self.refresh()
-        if self._writer is not None:
-            yield from ((oid, loc[1], None) for oid, loc in list(self._writer.index.items()))
+        for w in self._own_packs():
+            yield from ((oid, loc[1], None) for oid, loc in list(w.index.items()))
         for pack in list(self._open.values()):
             yield from ((oid, loc[1], None) for oid, loc in list(pack.index.items()))
         for sealed in list(self._sealed.values()):
@@ -440,7 +469,7 @@ class ObjectStore:
         each time, loose files not at all): what sizes a whole-store ``IdSet``."""
         count = sum(pack.count for pack in self._sealed.values())
         count += sum(len(pack.index) for pack in self._open.values())
-        return count + (len(self._writer.index) if self._writer is not None else 0)
+        return count + sum(len(w.index) for w in self._own_packs())
 
     def release_pages(self) -> None:
         """Let go of the pages of the sealed packs this process has read (see
@@ -456,8 +485,8 @@ class ObjectStore:
         """Every object id starting with ``prefix`` (lower-case hex, at least 2 digits)."""
         self.refresh()
         found: set[str] = set()
-        if self._writer is not None:
-            found.update(oid for oid in self._writer.index if oid.startswith(prefix))
+        for w in self._own_packs():
+            found.update(oid for oid in w.index if oid.startswith(prefix))
         for pack in self._open.values():
             found.update(oid for oid in pack.index if oid.startswith(prefix))
         for sealed in self._sealed.values():
@@ -476,8 +505,8 @@ class ObjectStore:
     def ids(self) -> Iterator[str]:
         """Every object id this handle can see (duplicates across packs are possible)."""
         self.refresh()
-        if self._writer is not None:
-            yield from list(self._writer.index)
+        for w in self._own_packs():
+            yield from list(w.index)
         for pack in self._open.values():
             yield from list(pack.index)
         for sealed in self._sealed.values():
@@ -503,22 +532,48 @@ class ObjectStore:
         other packs are not searched for one: were there a copy, this one would only
         cost its bytes until a repack merges the two. ``exact``: a JSON body orjson
         wrote (canonical.encode), which its seal need not parse again."""
+        content = objects.content_of(kind, body)
+        return self._put(kind, objects.content_id(content), content, None, pack, unique, exact)
+
+    @staticmethod
+    def prepare(kind: str, body: bytes, exact: bool = False) -> Prepared:
+        """An object to ``put_prepared`` into this handle's pack, made outside its turn
+        (it touches nothing of the handle's)."""
+        content = objects.content_of(kind, body)
+        stored = objects.stored_content(kind, content, LIVE_LEVEL)
+        return Prepared(kind, objects.content_id(content), content, stored, exact)
+
+    def put_prepared(self, obj: Prepared) -> str:
+        """``put`` of a prepared object into this handle's pack; return its id."""
+        return self._put(obj.kind, obj.oid, obj.content, obj.stored, True, False, obj.exact)
+
+    def _put(
+        self,
+        kind: str,
+        oid: str,
+        content: bytes,
+        stored: bytes | None,
+        pack: bool,
+        unique: bool,
+        exact: bool,
+    ) -> str:
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
-        content = objects.content_of(kind, body)
-        oid = objects.content_id(content)
+        if self._seal is not None and self._seal.done:
+            self._finish_seal()
         w = self._writer
         if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
             if oid not in w.index:
-                w.add_object(oid, objects.stored_content(kind, content, LIVE_LEVEL), content, exact)
+                w.add_object(oid, objects.stored_raw(kind, content), content, exact)
             return oid
         if self._fresh_copy(oid, loose=not pack):
             if not pack:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         if pack:
-            stored = objects.stored_content(kind, content, LIVE_LEVEL)
+            if stored is None:
+                stored = objects.stored_content(kind, content, LIVE_LEVEL)
             self._pack_writer().add_object(oid, stored, content, exact)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
@@ -526,24 +581,32 @@ class ObjectStore:
 
     def _pack_writer(self) -> PackWriter:
         w = self._writer
-        if w is not None and w.size < MAX_PACK_BYTES:
-            return w
+        if w is not None and (w.size < MAX_PACK_BYTES or self._seal is not None):
+            # A full pack waits for the seal of the one before it, never the other way
+            # round: the seal takes ref locks, which appends hold until they are
+            # durable (a leader holds those of every append it runs, combining.py).
+            if self._seal is None or not self._seal.done:
+                return w
+            self._finish_seal()
+            if w.size < MAX_PACK_BYTES:
+                return w
         if w is not None:
-            self._seal_writer(w)
+            self._start_seal(w)
         make_dirs(self.pack_dir)
         self._writer = PackWriter(self.pack_dir, self._tmp_dir)
         return self._writer
 
-    def journal_ref_update(self, update: dict[str, Any]) -> None:
+    def journal_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
         """Record a ref update in this handle's pack (durable with the next ``sync``): from
-        here until the pack is sealed, that record is the ref's newest value (Journal)."""
+        here until the pack is sealed, that record is the ref's newest value (Journal).
+        ``write=False``: held, to be written with the next ``flush`` (combining.py)."""
         if self._before_journal is not None:
             self._before_journal()  # an older ags would read the stale ref file (FORMAT.md 2)
             self._before_journal = None
         # The pack the update's objects went to, even past its size limit: sealing it
         # here would write ref files under the ref lock this update holds.
         w = self._writer if self._writer is not None else self._pack_writer()
-        w.add_ref_update(update)
+        w.add_ref_update(update, write=write)
 
     def journaled(self, name: str, look: bool = True) -> dict[str, Any] | None:
         """The newest journaled update of ref ``name`` in the packs not sealed yet (this
@@ -558,14 +621,14 @@ class ObjectStore:
     def journaled_names(self, prefix: str) -> set[str]:
         """The names starting with ``prefix`` of every ref a live pack journals."""
         self.refresh()
-        names = set(self._writer.journaled) if self._writer is not None else set()
+        names = {name for w in self._own_packs() for name in w.journaled}
         for pack in self._open.values():
             names |= pack.journaled_names()
         return {name for name in names if name.startswith(prefix)}
 
     def _journaled_updates(self, name: str) -> Iterator[dict[str, Any] | None]:
-        if self._writer is not None:
-            yield self._writer.journaled.get(name)
+        for w in self._own_packs():
+            yield w.journaled.get(name)
         for pack in self._open.values():
             yield pack.journaled(name)
 
@@ -579,24 +642,39 @@ class ObjectStore:
         """Make every object this handle appended to packs, or relies on in another
         writer's unsealed pack, durable."""
         self._sync_relied_on()
+        if self._seal is not None:
+            self._seal.writer.sync()
         if self._writer is not None:
             self._writer.flush()
             self._writer.sync()
 
-    def commit(self) -> None:
+    def commit(self, left: Callable[[], None] = lambda: None) -> None:
         """Make the journaled update just written durable (Journal.commit): the packs
-        this handle relies on first, then, outside the caller's turn, this pack,
-        with one fsync for every thread whose records came before it."""
+        this handle relies on first, then, outside the caller's turn (``left`` runs
+        once it is given up), this pack, with one fsync for every thread whose
+        records came before it.
+
+        The pack being sealed counts among those relied on: an append may have found
+        an object there (``_fresh_copy``). Its seal fsyncs it first thing, so this
+        waits at most for that fsync, shared with every thread that needs it."""
         self._sync_relied_on()
         w = self._writer
         if w is None:
             return
+        older = self._seal.writer if self._seal is not None else None
         w.hold()
-        self._leave_turn()
+        if older is not None:
+            older.hold()  # not let go of by the handle while this thread syncs it
         try:
+            self._leave_turn()
+            left()
+            if older is not None:
+                older.sync()
             w.sync(self._gather)
         finally:
             w.let_go()
+            if older is not None:
+                older.let_go()
 
     def _sync_relied_on(self) -> None:
         if self._relied_on:
@@ -605,23 +683,73 @@ class ObjectStore:
             fsync_dir(self.pack_dir)  # its writer may not have made its name durable yet
             self._relied_on.clear()
 
-    def _seal_writer(self, w: PackWriter) -> None:
-        """Seal this handle's pack: the ref files brought up to its journal (durable),
-        then its objects written again, compressed together, into a block pack
-        (FORMAT.md 5.5) that takes its place; the journal records, needed no more,
-        are not copied. A crash before the old pack is gone leaves both: the next
-        open recovers the old one (its replay writes nothing) and the next repack
-        merges the copies."""
+    def _start_seal(self, w: PackWriter) -> None:
+        """Seal this handle's full pack in the background (sealing.py), the seal before
+        it having ended (one at a time); appends go on into a new pack."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
-            w.flush()
-            w.sync()
-            # The ref files, newer than before: from here no record is needed.
-            self._replay(list(w.journaled.values()))
+            w.flush()  # all of it in the file: nothing is added to it from here on
+            self._before_blocks()
         except BaseException:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise
-        self._before_blocks()
+        self._seal = BackgroundSeal(w, self._sealed_pack)
+
+    def _finish_seal(self) -> None:
+        """Wait for the background seal, if any; take in the block pack it wrote and
+        let go of the old pack (or, if the seal failed, leave that pack unsealed for
+        the next open to recover, and raise what it raised)."""
+        seal = self._seal
+        if seal is None:
+            return
+        try:
+            path = seal.wait()
+        finally:
+            self._seal = None
+            seal.writer.release()
+        if path is not None and path.stem not in self._sealed:  # else taken in already
+            with suppress(FileNotFoundError):  # merged away by another's repack just now
+                self._take_in_sealed(path, seal.writer)
+
+    def _take_in_sealed(self, path: Path, w: PackWriter) -> None:
+        """Read the block pack this handle sealed ``w`` into, from here on, and keep
+        which ids it holds while it is fresh (``_sealed_ids``): a seal writes every
+        object of its pack, so those are its ids, and each is still looked up in
+        the index before an append relies on it."""
+        self._sealed[path.stem] = SealedPack(path)
+        cutoff = time.time() - FRESHEN_AFTER
+        for stem in list(self._sealed_ids):
+            sealed = self._sealed.get(stem)
+            if sealed is None or sealed.sealed_at < cutoff:
+                del self._sealed_ids[stem]  # merged away, or no longer fresh
+        self._sealed_ids[path.stem] = frozenset(w.index)
+
+    def _seal_writer(self, w: PackWriter) -> None:
+        """Seal this handle's pack here and now (``_sealed_pack``) and take in the block
+        pack that replaces it."""
+        self._writer = None  # whatever happens below, this handle is done with it
+        try:
+            w.flush()
+            self._before_blocks()
+            path = self._sealed_pack(w)
+        finally:
+            w.release()
+        self._take_in_sealed(path, w)
+
+    def _sealed_pack(self, w: PackWriter) -> Path:
+        """Seal a pack nothing more is added to (FORMAT.md 5.2): the ref files brought
+        up to its journal (durable), then its objects written again, compressed
+        together, into a block pack (5.5) that takes its place; the journal records,
+        needed no more, are not copied. Returns the block pack's path. Changes
+        nothing of the handle's, so it may run in a thread of its own (sealing.py);
+        the caller lets go of ``w``.
+
+        A crash before the old pack is gone leaves both: the next open recovers the
+        old one (its replay writes nothing) and the next repack merges the copies.
+        An error leaves the old pack as a crash would."""
+        w.sync()
+        # The ref files, newer than before: from here no record is needed.
+        self._replay(list(w.journaled.values()))
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
         try:
             for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
@@ -638,12 +766,11 @@ class ObjectStore:
             blocks.seal()
         except BaseException:
             blocks.abandon()
-            w.release()
             raise
-        self._sealed[blocks.name] = SealedPack(blocks.path)
         os.unlink(w.path)
         fsync_dir(self.pack_dir)
-        w.release()
+        w.drop_live_index()  # after the pack, while its flock is still held (5.6)
+        return blocks.path
 
     def add_pack(self, pack: bytes, index: bytes, name: str) -> int:
         """Add a whole block pack that came from elsewhere (a remote), verified first
@@ -873,10 +1000,19 @@ class ObjectStore:
                     os.unlink(entry.path)
 
     def close(self) -> None:
-        """Seal this handle's pack, merge packs if there are too many, let go of every file."""
-        if self._writer is not None:
-            self._seal_writer(self._writer)
-            self.repack()
+        """Seal this handle's pack (after a seal running in the background), merge packs
+        if there are too many, let go of every file."""
+        if self._seal is not None and self._seal.in_its_thread:
+            # Collected in the seal's own thread: the seal ends by itself, and its pack
+            # is let go of when the process ends (recovered as after a crash if it
+            # failed).
+            self._seal = None
+        try:
+            self._finish_seal()
+        finally:
+            if self._writer is not None:
+                self._seal_writer(self._writer)
+                self.repack()
         for pack in self._open.values():
             pack.close()
         for sealed in self._sealed.values():

@@ -35,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import suppress
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -82,6 +83,7 @@ from .pack_format import (
     scan_buffer,
     sorted_index_chunks,
 )
+from .shared_fsync import SharedFsync
 
 MAX_PACK_BYTES: Final = 1024 * 1024
 """A handle seals its pack (compressing it into a block pack) once it passes this:
@@ -190,16 +192,14 @@ class PackWriter:
         self.exact: set[str] = set()  # of those, JSON orjson wrote (``block_payload``)
         self._kept = 0
         self._dir_synced = False
-        self._synced = 0  # bytes known durable
-        # One fsync at a time (``_syncing``); it covers what came before it began.
-        self._fsync = threading.Condition()
-        self._syncing = False
+        self._fsyncs = SharedFsync()  # one at a time, covering what came before it
         self._fsync_time = 0.0  # seconds, a moving average
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
         # than its file) until the pack is sealed, which writes the files (FORMAT.md 9).
         self.journaled: dict[str, dict[str, Any]] = {}
+        self._journal_undo: list[tuple[str, dict[str, Any] | None]] = []  # of held updates
         # The live index (live_index.py): records written since its last entry.
         self._live_objects: list[tuple[bytes, int]] = []
         self._live_refs: list[int] = []
@@ -251,8 +251,15 @@ class PackWriter:
             self._held, self._held_ids = [], []
             objects_noted, refs_noted = self._live_written
             del self._live_objects[objects_noted:], self._live_refs[refs_noted:]
+            for ref, before in reversed(self._journal_undo):  # the held updates never were
+                if before is None:
+                    self.journaled.pop(ref, None)
+                else:
+                    self.journaled[ref] = before
+            self._journal_undo = []
             raise
         self._held, self._held_ids = [], []
+        self._journal_undo = []
         self._in_file = self.size
         if len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
             self._note_live()
@@ -271,9 +278,10 @@ class PackWriter:
                 os.write(self._live_fd, LIVE_MAGIC)
             os.write(self._live_fd, entry)
         except OSError:
-            self._drop_live_index()  # a full disk: readers scan instead
+            self.drop_live_index()  # a full disk: readers scan instead
 
-    def _drop_live_index(self) -> None:
+    def drop_live_index(self) -> None:
+        """Delete the live index (5.6): when the pack is deleted, or cannot keep one."""
         if self._live_fd >= 0:
             os.close(self._live_fd)
         self._live_fd = -2  # none for this pack any more
@@ -295,14 +303,20 @@ class PackWriter:
             if exact:
                 self.exact.add(oid)
 
-    def add_ref_update(self, update: dict[str, Any]) -> None:
+    def add_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
         """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
-        one write with the objects held before it. Durable after ``sync``; its ref
-        file is written when the pack is sealed."""
+        one write with the objects held before it (``write=False``: held, written with
+        the next ``flush``, the handle's own reads taking it at once). Durable after
+        ``sync``; its ref file is written when the pack is sealed."""
         body = canonical.dumps(update, fast=canonical.check_json(update))
-        checksum, stored = objects.encode("ref", body, objects.JOURNAL_LEVEL)
-        self._write([(TYPE_REF, bytes.fromhex(checksum), stored)])
-        self.journaled[update["ref"]] = update
+        content = objects.content_of("ref", body)
+        checksum, stored = objects.content_id(content), objects.stored_raw("ref", content)
+        name = update["ref"]
+        self._journal_undo.append((name, self.journaled.get(name)))
+        self.journaled[name] = update
+        self._hold([(TYPE_REF, bytes.fromhex(checksum), stored)])
+        if write:
+            self.flush()
 
     def read(self, loc: Location) -> bytes:
         if loc[0] >= self._in_file:
@@ -311,44 +325,26 @@ class PackWriter:
 
     def sync(self, gather: Callable[[float], None] = lambda longest: None) -> None:
         """Make every record written so far durable. Threads that wait here together
-        share fsyncs: each fsync covers every record written before it began, and
-        the thread that starts one first lets ``gather`` wait, about as long as an
-        fsync takes at most, for the appends on their way (turns.Turns.gather).
-
-        One thread at a time syncs; the others wait on a condition, and all of
-        them wake when it is done: those it covered return at once, and the
-        first of the rest starts the next fsync. (Waiting on a plain lock would
-        wake them one by one, each after the one before it got the interpreter
-        back, and the next fsync would start only at the end of that chain.)"""
+        share fsyncs (shared_fsync.py): each fsync covers every record written before
+        it began, and the thread that starts one first lets ``gather`` wait, about
+        as long as an fsync takes at most, for the appends on their way
+        (turns.Turns.gather)."""
         wanted = self._in_file  # held records are the caller's to flush first
-        if self._synced >= wanted:
-            return
-        with self._fsync:
-            while self._syncing:
-                self._fsync.wait()
-                if self._synced >= wanted:
-                    return  # another thread's fsync covered it
-            if self._synced >= wanted:
-                return
-            self._syncing = True
-        synced = False
-        try:
-            gather(self._fsync_time)
-            end = self._in_file  # every write up to here has returned
-            started = time.perf_counter()
-            os.fsync(self._fd)
-            # What the next gather may wait: about what an fsync takes (a moving average).
-            self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
-            if not self._dir_synced:
-                fsync_dir(self.path.parent)
-                self._dir_synced = True
-            synced = True
-        finally:
-            with self._fsync:
-                self._syncing = False
-                if synced:
-                    self._synced = max(self._synced, end)
-                self._fsync.notify_all()
+        if self._fsyncs.synced < wanted:
+            self._fsyncs.cover(wanted, partial(self._fsync_now, gather))
+
+    def _fsync_now(self, gather: Callable[[float], None]) -> int:
+        """One fsync (and of the directory, the first time); the end of what it covered."""
+        gather(self._fsync_time)
+        end = self._in_file  # every write up to here has returned
+        started = time.perf_counter()
+        os.fsync(self._fd)
+        # What the next gather may wait: about what an fsync takes (a moving average).
+        self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
+        if not self._dir_synced:
+            fsync_dir(self.path.parent)
+            self._dir_synced = True
+        return end
 
     def hold(self) -> None:
         """Keep the pack open while this thread syncs it outside its turn."""
@@ -364,13 +360,13 @@ class PackWriter:
         """Let go of the pack (and its flock), once no thread is syncing it."""
         with self._idle:
             self._idle.wait_for(lambda: self._holders == 0)
-        self._drop_live_index()
+        self.drop_live_index()
         os.close(self._fd)
         self._fd = -1
 
     def abandon(self) -> None:
         """Remove a pack that will never be sealed (an error while writing it)."""
-        self._drop_live_index()
+        self.drop_live_index()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
         with suppress(OSError):

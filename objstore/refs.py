@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -65,6 +66,7 @@ REMOTE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 LOCK_STRIPES: Final = 256
 OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
 OPEN_PINS: Final = 64  # ref files a handle keeps open between journaled updates
+OPEN_TURNS: Final = 256  # idle per-ref turns a handle keeps (``RefStore._forget``)
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -75,7 +77,7 @@ Journaled = Callable[[str, bool], "dict[str, Any] | None"]
 class Journal(Protocol):
     """Where journaled ref updates are recorded: the writer's pack (ObjectStore)."""
 
-    def journal_ref_update(self, update: dict[str, Any]) -> None: ...
+    def journal_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None: ...
 
     def commit(self) -> None:
         """Make the journal durable; the caller may lose its turn (turns.py) here."""
@@ -95,6 +97,13 @@ _last_second: tuple[int | None, str] = (None, "")
 
 def now_iso() -> str:
     return iso_time(time.time())
+
+
+@lru_cache(maxsize=4096)
+def _stripe_number(name: str) -> int:
+    """Which of the LOCK_STRIPES lock files guards ref ``name`` (FORMAT.md 9); kept
+    for the refs a handle updates again and again (a session it appends to)."""
+    return blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
 
 
 def check_session_id(session_id: str) -> str:
@@ -447,7 +456,7 @@ class RefStore:
         share. (Each thread with a lock file of its own made threads updating
         different refs of one stripe wait for each other, for as long as an
         append waits for its fsync, and every other thread behind them.)"""
-        number = blake3.blake3(name.encode()).digest()[0] % LOCK_STRIPES
+        number = _stripe_number(name)
         with self._guard:
             turn = self._ref_turns.get(name)
             if turn is None:
@@ -486,7 +495,9 @@ class RefStore:
         with self._guard:
             stripe.holders -= 1
             turn[1] -= 1
-            if not turn[1]:
+            # An idle ref's turn is kept for its next update (a session appended to
+            # again and again), up to OPEN_TURNS of them: not a lock made per append.
+            if not turn[1] and len(self._ref_turns) > OPEN_TURNS:
                 del self._ref_turns[name]
 
     def transact(
@@ -497,6 +508,7 @@ class RefStore:
         *,
         journal: Journal | None = None,
         log: bool = True,
+        until_durable: list[Callable[[], None]] | None = None,
     ) -> RefRecord | None:
         """Update one ref atomically; ``change(current)`` returns the new body or None to delete.
 
@@ -506,9 +518,15 @@ class RefStore:
         is journaled (see the module doc); inside a batch it is staged.
         ``log=False`` writes no reflog line (an append: the parent chain is its
         history, FORMAT.md 7).
+
+        ``until_durable`` (appends written together, combining.py): a journaled update
+        is held in the pack, not written nor made durable here, and what lets go of
+        the ref's lock is added to the list, for the caller to run (in this thread)
+        once the update is durable.
         """
         check_ref_name(name)
         held = self._take(name)
+        kept = False
         try:
             # A journaled update is made under the session's writer lock (Store), taken
             # with a fresh look: no pack this handle does not know can have journaled
@@ -544,13 +562,20 @@ class RefStore:
             elif journal is not None and current is not None and record is not None and not log:
                 # No file, no rename: the pack's record is the ref until the pack is
                 # sealed, and its one fsync makes the objects and the update durable.
-                journal.journal_ref_update({"body": record.body, "log": None, "ref": name})
-                journal.commit()
+                update = {"body": record.body, "log": None, "ref": name}
+                if until_durable is None:
+                    journal.journal_ref_update(update)
+                    journal.commit()
+                else:
+                    journal.journal_ref_update(update, write=False)
+                    until_durable.append(partial(self._let_go, name, held))
+                    kept = True
             else:
                 self._commit(name, self._write_file(record, durable=True), entries, durable=True)
             return record
         finally:
-            self._let_go(name, held)
+            if not kept:
+                self._let_go(name, held)
 
     def _generation(self, name: str) -> int:
         """The generation of the ref's file (0 if missing or unreadable), read without

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from . import canonical
 from .block_reader import BlockReader
+from .combining import AppendQueue, QueuedAppend
 from .errors import (
     CorruptObject,
     InvalidInput,
@@ -59,7 +60,7 @@ from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, encode_node, parse_node
-from .object_store import ObjectStore, SweepResult
+from .object_store import ObjectStore, Prepared, SweepResult
 from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
@@ -229,7 +230,8 @@ def _checked_bodies(
     values checked against the limits before anything is written."""
     content_body = _json_body(content, what)
     state_body = _json_body(state, "state") if state is not None else None
-    _json_body(meta, "meta", META_DEPTH)
+    if meta is not None:
+        _json_body(meta, "meta", META_DEPTH)
     return content_body, state_body
 
 
@@ -333,6 +335,7 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self._turns = Turns()
+        self._appends = AppendQueue()  # appends of several threads, written by one (combining.py)
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
@@ -635,20 +638,80 @@ class Store:
         # Encoded and checked before the turn: another thread may write meanwhile.
         message_body, state_body = _checked_bodies(message, "message", state, meta)
         changes = _checked_files(files)
-        with self._turns:
-            turn = self._session_turn(session)
-            try:
-                return self._append(session, message_body, state_body, meta, changes)
-            finally:
-                turn.release()
+        # Hashed and compressed here too, side by side with other threads (Prepared).
+        blob = self.objects.prepare("blob", *message_body)
+        new_state = None if state_body is None else self.objects.prepare("blob", *state_body)
+        if self._turns.mine():  # in a batch, which has the handle to itself
+            with self._turns:
+                turn = self._session_turn(session)
+                try:
+                    return self._append(session, blob, new_state, meta, changes)
+                finally:
+                    turn.release()
+        queued = QueuedAppend(partial(self._append, session, blob, new_state, meta, changes))
+        if self._appends.join(queued):
+            self._lead_appends(queued)
+        else:
+            queued.wait()  # done by a leader, or made the leader
+            if queued.lead:
+                self._lead_appends(queued)
+        return queued.outcome()  # type: ignore[no-any-return]
+
+    def _lead_appends(self, mine: QueuedAppend) -> None:
+        """Run every queued append in this thread (combining.py): in the turn, each
+        up to its ref update, held; then one write for all of them; then, outside
+        the turn, the lead handed on and one fsync (shared, turns.py); then the ref
+        locks let go and each other thread woken once."""
+        let_go: list[Callable[[], None]] = []  # ref locks held until durable
+        taken: list[QueuedAppend] = []
+        written: list[QueuedAppend] = []
+        handed = False
+
+        def hand_on() -> None:
+            nonlocal handed
+            if not handed:
+                handed = True
+                self._appends.pass_lead()
+
+        try:
+            with self._turns:
+                taken = self._appends.take()
+                for queued in taken:
+                    try:
+                        queued.result = queued.work(let_go)
+                    except Exception as e:  # noqa: PERF203 - that thread's error
+                        queued.error = e
+                    else:
+                        written.append(queued)
+                try:
+                    self.objects.flush()
+                except BaseException:
+                    self._tips.clear()  # ahead of the journal now: read again
+                    raise
+                finally:
+                    self._turns.arrived(*(queued.owner for queued in taken))
+                if written:
+                    self.objects.commit(left=hand_on)
+        except BaseException as e:  # a failed write or fsync, or this thread interrupted
+            for queued in taken:
+                if queued in written or (queued.result is None and queued.error is None):
+                    queued.error = e
+        finally:
+            hand_on()
+            for release in let_go:
+                release()
+            for queued in taken:
+                if queued is not mine:
+                    queued.wake()
 
     def _append(
         self,
         session: str,
-        message_body: Encoded,
-        state_body: Encoded | None,
+        message: Prepared,
+        state: Prepared | None,
         meta: dict[str, Any] | None,
         files: list[tuple[str, bytes | None, bytes | None]],
+        until_durable: list[Callable[[], None]] | None = None,
     ) -> str:
         sid, tip = self._writable(session)
         parent = tip.head
@@ -660,10 +723,10 @@ class Store:
             )
             for path, before, after in files
         )
-        message_id = self.objects.put("blob", message_body[0], exact=message_body[1])
+        message_id = self.objects.put_prepared(message)
         state_id = (
-            self.objects.put("blob", state_body[0], exact=state_body[1])
-            if state_body is not None
+            self.objects.put_prepared(state)
+            if state is not None
             else (parent.state if parent else None)
         )
         count = (parent.messages if parent else 0) + 1
@@ -681,6 +744,7 @@ class Store:
             "append",
             span=span,
             files=changes,
+            until_durable=until_durable,
         )
         if span is None:
             self._tips[sid] = _Tip(node, tip.since, pending, ref_body)
@@ -763,6 +827,7 @@ class Store:
         kept: list[str] | None = None,
         span: Span | None = None,
         files: tuple[FileChange, ...] = (),
+        until_durable: list[Callable[[], None]] | None = None,
     ) -> tuple[Node, Body | None]:
         """Write a node after ``parent`` and move the session's head to it; return the
         node and the ref's new body. ``checked``: a body known to be sound (the one
@@ -784,7 +849,9 @@ class Store:
 
         journal = None if self._batch_depth else self.objects
         # No reflog line: the parent chain is the history of appends and compactions.
-        record = self.refs.transact(session_ref(sid), reason, move, journal=journal, log=False)
+        record = self.refs.transact(
+            session_ref(sid), reason, move, journal=journal, log=False, until_durable=until_durable
+        )
         if journal is None:
             self.objects.flush()  # one write per append in a batch too (a journal's is its own)
         node = Node(

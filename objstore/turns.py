@@ -28,6 +28,10 @@ fsync covers them all, at the cost of an fsync's time in which nothing is
 written; where it takes longer, the wait ends after an fsync's time and the
 next fsync runs while they work, as it did without it. One thread alone never
 waits: nothing else is on its way.
+
+Appends of several threads do not each take the turn: they queue, and one
+thread at a time takes the turn and runs every queued append (combining.py);
+the queued ones count as on their way until that thread has written them.
 """
 
 from __future__ import annotations
@@ -80,15 +84,20 @@ class Turns:
         with self._arrival:
             self._coming.add(threading.get_ident())
 
-    def arrived(self) -> None:
-        """This thread's append is no longer on its way: it wrote its records, failed,
+    def arrived(self, *threads: int) -> None:
+        """This thread's append (or those of ``threads``, written by a leader that ran
+        them: combining.py) is no longer on its way: it wrote its records, failed,
         or waits for another append of its session. Idempotent."""
-        me = threading.get_ident()
-        if me in self._coming:
+        gone = threads or (threading.get_ident(),)
+        if not self._coming.isdisjoint(gone):
             with self._arrival:
-                self._coming.discard(me)
+                self._coming.difference_update(gone)
                 if not self._coming:
                     self._arrival.notify_all()
+
+    def mine(self) -> bool:
+        """Whether this thread holds the turn (in a batch, or an operation within one)."""
+        return self._owner == threading.get_ident()
 
     def gather(self, longest: float) -> None:
         """Wait, for at most ``longest`` seconds (and GATHER_WAIT), until no append is

@@ -106,3 +106,39 @@ def test_messages_and_nodes_keep_the_bytes_json_gives_them(tmp_path) -> None:
             assert node.content == objects.object_id("blob", reference(message))
             _kind, body = store.objects.get(node_id)
             assert body == reference(json.loads(body))  # the node's bytes: json's own
+
+
+class _Text(str):
+    """A str subclass: a JSON round trip gives back a plain str."""
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ({"a": [1, {"b": (1, 2)}]}, "value.a[1].b: tuple"),
+        ({"a": {"b": float("nan")}}, "value.a.b: nan"),
+        ({"a": [{1: "x"}]}, "value.a[0]: key 1"),
+        ({"a": [b"x"]}, "value.a[0]: bytes"),
+        ({"a": {"b": _Text("x")}}, "value.a.b: _Text"),
+        ({"a": [[True, None, float("-inf")]]}, "value.a[0][2]: -inf"),
+    ],
+)
+def test_a_value_json_would_change_is_refused_naming_where(value: Any, named: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        canonical.check_json(value)
+    assert str(refused.value).startswith(named)
+
+
+def test_nesting_is_allowed_up_to_the_limit_and_refused_past_it() -> None:
+    def nested(levels: int) -> Any:
+        value: Any = "leaf"
+        for i in range(levels):
+            value = {"k": value} if i % 2 else [value]
+        return value
+
+    assert canonical.check_json(nested(MAX_DEPTH)) is True
+    with pytest.raises(InvalidInput, match="nested deeper than"):
+        canonical.check_json(nested(MAX_DEPTH + 1))
+    assert canonical.check_json(nested(3), max_depth=3) is True
+    with pytest.raises(InvalidInput, match="nested deeper than 2 levels"):
+        canonical.check_json(nested(3), max_depth=2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from objstore import Store, files
+from objstore import Store, files, packs
 from objstore.pack_format import RECORD_HEAD, TYPE_REF
 from objstore.refs import LOCK_STRIPES
 
@@ -30,15 +30,31 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield calls
 
 
-def test_an_append_costs_one_fsync(tmp_path: Path, fsyncs: list[int]) -> None:
+def test_an_append_costs_one_fsync(
+    tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """And one write to its pack: a thread appending alone leads every group of
+    appends (objstore/combining.py), a group of one."""
+    writes: list[int] = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: bytes) -> int:
+        writes.append(fd)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(packs.os, "write", counting_write)
     with Store.open(tmp_path / "store") as store:
         sid = store.new_session(title="counted")
         store.append(sid, {"role": "user", "content": "the first takes the lock, makes a pack"})
         for i in range(40):  # spans every 16th, new states now and then
             fsyncs.clear()
+            writes.clear()
             state = {"i": i} if i % 7 == 0 else None
             store.append(sid, {"role": "user", "content": f"message {i}"}, state=state)
             assert len(fsyncs) == 1, f"append {i} made {len(fsyncs)} fsyncs"
+            pack = store.objects._writer
+            assert pack is not None
+            assert writes.count(pack._fd) == 1, f"append {i} made {len(writes)} writes"
         fsyncs.clear()
         store.compact(sid, "the story so far", keep=2)
         assert len(fsyncs) == 1

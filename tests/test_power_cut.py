@@ -6,11 +6,13 @@ store created from nothing, appends, compactions, forks, a title, a delete, an
 import, handles that seal packs until a repack merges them, two handles of
 one process sharing an object while one of them is in a batch, a session
 that a second handle goes on writing from the head in the first one's
-journal, and eight threads appending through one handle (their appends
+journal, eight threads appending through one handle (their appends
 share fsyncs; an fsync is recorded as it starts, so a write made while it
-runs is not taken as covered by it). It marks each acknowledged step in the
-same record. Then, for each point (before every sync, rename and unlink, and
-after every acknowledgement), ``PowerCut``
+runs is not taken as covered by it), and four threads whose packs fill every
+few appends and are sealed in the background while the appends go on, some
+relying on a state another thread wrote into the pack being sealed. It marks
+each acknowledged step in the same record. Then, for each point (before every
+sync, rename and unlink, and after every acknowledgement), ``PowerCut``
 builds the disk states of a cut there: only fsynced data survives, and each
 name change not yet made durable by a directory fsync happened or not
 (none, all, random subsets; and XFS-style zeros where unsynced data was).
@@ -129,6 +131,21 @@ with Store.open(store_path) as s:  # eight threads, one handle: appends share fs
         for i in range(4):
             append(s, many[t], f"thread {t} {i}")
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+from objstore import object_store
+object_store.MAX_PACK_BYTES = 2048  # packs sealed in the background as the appends go on
+with Store.open(store_path) as s:  # states shared by the threads: found in a pack being sealed
+    sealing = [s.new_session(title=f"sealing {t}") for t in range(4)]
+    for sid in sealing:
+        rec.mark("session", sid)
+    def work(t):
+        for i in range(12):
+            append(s, sealing[t], f"sealing {t} {i} " + "x" * 150, state={"shared": i})
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     for th in threads:
         th.start()
     for th in threads:

@@ -4,9 +4,16 @@ process, since a thread-unsafe compressor kills the interpreter (SIGSEGV)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
+
+from objstore import SessionArchived, Store, packs
 
 SHARED = """
 import sys, threading
@@ -107,3 +114,156 @@ def test_threads_appending_to_one_session_take_turns(tmp_path: Path) -> None:
     one's fsync), none is lost or reordered within its thread, nothing deadlocks."""
     done = run(SAME_SESSION, tmp_path / "store")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr[-3000:]
+
+
+def test_an_append_that_fails_fails_only_its_own_thread(tmp_path: Path) -> None:
+    """Appends of several threads are run by one of them (objstore/combining.py): an
+    append refused (an archived session) raises in the thread that made it, and
+    the appends run with it, before it and after it, are written."""
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(6)]
+        store.archive(sids[0])
+        refused: list[BaseException] = []
+        heads: dict[int, list[str]] = {t: [] for t in range(1, 6)}
+
+        def work(t: int) -> None:
+            for i in range(40):
+                try:
+                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                except SessionArchived as e:
+                    refused.append(e)
+                else:
+                    heads[t].append(node)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(refused) == 40 and all(e.session == sids[0] for e in refused)
+    with Store.open(tmp_path / "store") as store:
+        for t in range(1, 6):
+            assert [e.id for e in store.log(sids[t])][::-1] == heads[t]
+
+
+def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write of a group of appends that fails (a full disk) fails every append of
+    the group, in its own thread, and leaves none of them in the pack or in the
+    handle's memory: each session goes on from its last acknowledged append."""
+    real_write = os.write
+    lock = threading.Lock()
+    count = [0]
+
+    def full_for_a_while(fd: int, data: bytes) -> int:
+        with lock:
+            count[0] += 1
+            full = 20 <= count[0] < 30
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    with Store.open(tmp_path / "store") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(8)]
+        acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
+        failed = [0] * 8
+        monkeypatch.setattr(packs.os, "write", full_for_a_while)
+
+        def work(t: int) -> None:
+            for i in range(25):
+                try:
+                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC
+                    failed[t] += 1
+                else:
+                    acknowledged[t].append(node)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        monkeypatch.undo()
+        assert sum(failed) >= 10  # each failed write failed one append or more
+        for t in range(8):
+            assert len(acknowledged[t]) + failed[t] == 25
+            assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
+    with Store.open(tmp_path / "store") as store:
+        for t in range(8):
+            assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
+        for oid in store.objects.ids():
+            store.objects.get(oid)
+
+
+def _run_fsync(shared: object, wanted: int, end: int, ran: list[str], name: str,
+               gate: threading.Event | None = None, fail: bool = False) -> threading.Thread:
+    """A thread that asks ``shared`` (a SharedFsync) to cover ``wanted`` bytes; if it
+    is the one to run the fsync, it notes ``name``, waits for ``gate`` and covers
+    up to ``end`` (or raises, with ``fail``)."""
+    errors: list[BaseException] = []
+
+    def fsync() -> int:
+        ran.append(name)
+        if gate is not None:
+            gate.wait(30)
+        if fail:
+            raise OSError(errno.EIO, "fsync failed")
+        return end
+
+    def work() -> None:
+        try:
+            shared.cover(wanted, fsync)  # type: ignore[attr-defined]
+        except OSError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def _waiting(shared: object, count: int) -> None:
+    for _ in range(3000):
+        if len(shared._waiting) == count:  # type: ignore[attr-defined]
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the waiters never queued")
+
+
+def test_an_fsync_wakes_the_threads_it_covers_and_one_other_to_run_the_next() -> None:
+    from objstore.shared_fsync import SharedFsync
+
+    shared, ran, gate = SharedFsync(), [], threading.Event()
+    first = _run_fsync(shared, 10, 10, ran, "first", gate)
+    while not ran:
+        threading.Event().wait(0.01)
+    covered = _run_fsync(shared, 8, 99, ran, "covered")  # written before the first began
+    later = [_run_fsync(shared, 20 + i, 30, ran, f"later {i}") for i in range(3)]
+    _waiting(shared, 4)
+    gate.set()
+    for thread in [first, covered, *later]:
+        thread.join(30)
+        assert not thread.is_alive()
+    # The first fsync covered one waiter; one of the three written after it ran the
+    # next fsync, which covered the other two: two fsyncs for five threads.
+    assert ran[0] == "first" and len(ran) == 2 and ran[1].startswith("later")
+    assert shared.synced == 30
+
+
+def test_a_failed_fsync_is_raised_by_its_thread_and_the_next_waiter_runs_another() -> None:
+    from objstore.shared_fsync import SharedFsync
+
+    shared, ran, gate = SharedFsync(), [], threading.Event()
+    failing = _run_fsync(shared, 10, 10, ran, "failing", gate, fail=True)
+    while not ran:
+        threading.Event().wait(0.01)
+    waiting = _run_fsync(shared, 5, 10, ran, "waiting")
+    _waiting(shared, 1)
+    gate.set()
+    failing.join(30)
+    waiting.join(30)
+    assert [type(e) for e in failing.errors] == [OSError]  # type: ignore[attr-defined]
+    assert waiting.errors == []  # type: ignore[attr-defined]
+    assert ran == ["failing", "waiting"] and shared.synced == 10

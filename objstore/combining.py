@@ -1,0 +1,104 @@
+"""Appends of several threads written by one of them (flat combining).
+
+Each thread appending through a shared ``Store`` used to take the handle's turn
+for its own append, write its records, leave the turn and wait for the fsync
+that covered them: a lock handoff, a write and two or three wake-ups per append,
+and with the GIL each wake-up is a switch of threads. Here a thread queues its
+append, already encoded and checked, and one thread at a time, the *leader*,
+takes the turn and runs every queued append: their records go to the pack in
+one write, one fsync covers them all (shared with other leaders' by group
+commit, turns.py), and each queued thread is woken once, when its append is
+durable or has failed.
+
+A thread that queues an append while no leader runs becomes the leader. A
+leader takes what is queued when it has the turn; as it gives the turn up to
+wait for its fsync, it hands the lead to the first thread queued since (that
+thread takes the turn and writes the next group while the fsync runs), or, if
+none, lets the next thread to queue lead. So a thread appending alone leads
+every time: one write and one fsync per append, as before.
+
+A queued thread that is interrupted (Ctrl-C in the main thread) still waits
+until its append is done, and then raises: its append is being written by
+another thread, and a leader must never wait for a thread that left.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class QueuedAppend:
+    """One thread's append, waiting in the queue for the leader that runs it."""
+
+    __slots__ = ("work", "owner", "result", "error", "lead", "interrupted", "_wake")
+
+    def __init__(self, work: Callable[[list[Callable[[], None]]], Any]) -> None:
+        # Run by the leader in the handle's turn, given the list of what lets go of the
+        # append's ref lock once it is durable (RefStore.transact's ``until_durable``).
+        self.work = work
+        self.owner = threading.get_ident()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.lead = False  # woken to lead, not because it is done
+        self.interrupted: BaseException | None = None  # raised once the append is done
+        self._wake = threading.Lock()
+        self._wake.acquire()
+
+    def wake(self) -> None:
+        self._wake.release()
+
+    def wait(self) -> None:
+        """Wait to be woken (done, or made the leader); an interruption meanwhile is
+        kept for ``outcome`` to raise."""
+        while True:
+            try:
+                self._wake.acquire()
+                return
+            except BaseException as e:  # noqa: PERF203 - a rare Ctrl-C
+                self.interrupted = e
+
+    def outcome(self) -> Any:
+        """What the append returned, or what it (or an interruption) raised."""
+        if self.interrupted is not None:
+            raise self.interrupted
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class AppendQueue:
+    """The appends queued on one handle and who leads (module doc)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._queued: list[QueuedAppend] = []
+        self._leading = False
+
+    def join(self, append: QueuedAppend) -> bool:
+        """Queue an append; whether its thread is to lead now. One that is not waits
+        (``QueuedAppend.wait``) and leads if woken with ``lead`` set."""
+        with self._mutex:
+            self._queued.append(append)
+            if self._leading:
+                return False
+            self._leading = True
+            return True
+
+    def take(self) -> list[QueuedAppend]:
+        """Everything queued, for the leader to run (in the handle's turn)."""
+        with self._mutex:
+            taken, self._queued = self._queued, []
+            return taken
+
+    def pass_lead(self) -> None:
+        """The leader is done taking: wake the first thread queued since to lead, or let
+        the next thread that queues lead."""
+        with self._mutex:
+            if not self._queued:
+                self._leading = False
+                return
+            nxt = self._queued[0]
+        nxt.lead = True
+        nxt.wake()
