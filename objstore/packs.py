@@ -508,12 +508,28 @@ class BlockPackWriter(PackWriter):
     def seal(self) -> None:
         self._flush()
         self.sync()
-        atomic_write(
-            self._tmp_dir,
-            self.path.with_suffix(".idx"),
-            sorted_index_chunks(self._buckets, self.size, version=2),
-        )
+        chunks = sorted_index_chunks(self._buckets, self.size, version=2)
+        atomic_write(self._tmp_dir, self.path.with_suffix(".idx"), _joined(chunks))
         self.release()
+
+
+def _joined(chunks: Iterable[bytes | bytearray]) -> Iterator[bytes]:
+    """``chunks`` joined into pieces of about INDEX_PIECE bytes: an index's 258 chunks
+    (its head, a bucket per first byte, its checksum) were 258 writes, each letting go
+    of the interpreter lock and waiting to take it back from the appending threads."""
+    piece: list[bytes | bytearray] = []
+    held = 0
+    for chunk in chunks:
+        piece.append(chunk)
+        held += len(chunk)
+        if held >= INDEX_PIECE:
+            yield b"".join(piece)
+            piece, held = [], 0
+    if piece:
+        yield b"".join(piece)
+
+
+INDEX_PIECE: Final = 1 << 20  # bytes of an index written at once (memory: a merge's is big)
 
 
 BLOCK_BYTES: Final = 128 * 1024
