@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable, Container, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
@@ -751,18 +752,24 @@ class ObjectStore:
         # The ref files, newer than before: from here no record is needed.
         self._replay(list(w.journaled.values()))
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
-        try:
-            for oid, loc in sorted(w.index.items(), key=lambda item: item[1][0]):
-                content = w.contents.get(oid)
+
+        def contents() -> Iterator[tuple[str, bytes, bool]]:
+            """The pack's objects in pack order (the damaged ones written as they are)."""
+            kept, exact = w.contents, w.exact
+            for oid, loc in sorted(w.index.items(), key=itemgetter(1)):
+                content = kept.get(oid)
                 if content is not None:  # hashed to its id when it was written
-                    blocks.add_content(oid, content, new=True, exact=oid in w.exact)
+                    yield oid, content, oid in exact
                     continue
                 try:
                     kind, body = objects.decode(oid, w.read(loc))
                 except CorruptObject:
                     blocks.add([(oid, w.read(loc))])  # kept as it is, for fsck to report
                     continue
-                blocks.add_content(oid, kind.encode("ascii") + b"\0" + body, new=True)
+                yield oid, kind.encode("ascii") + b"\0" + body, False
+
+        try:
+            blocks.add_new(contents())
             blocks.seal()
         except BaseException:
             blocks.abandon()

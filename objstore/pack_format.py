@@ -181,17 +181,20 @@ def encode_array_block(kind: bytes, entries: Iterable[tuple[str, bytes]]) -> byt
     (``b"blob"`` or ``b"node"``), given as ``(id, body)``: the mark, ``kind + NUL``,
     n (u32 LE), the n ids, the n body lengths (u32 LE), then ``[body,body,...]``, so
     that one JSON parse of its end gives every body's value."""
-    ids, bodies = [], []
+    oids, bodies = [], []
     for oid, body in entries:
-        ids.append(bytes.fromhex(oid))
+        oids.append(oid)
         bodies.append(body)
     n = len(bodies)
     if not n or kind + b"\0" not in ARRAY_KINDS:
         raise ValueError("an array block holds one or more blobs or nodes")
+    ids = bytes.fromhex("".join(oids))  # one call, not one an id (a seal's time)
+    if len(ids) != 32 * n:
+        raise ValueError("an array block's ids are 32 bytes each")
     return b"".join(
         [
             ARRAY_HEAD.pack(ARRAY_MARK, kind + b"\0", n),
-            *ids,
+            ids,
             struct.pack(f"<{n}I", *map(len, bodies)),
             b"[",
             b",".join(bodies),

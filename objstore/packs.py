@@ -33,7 +33,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from functools import partial
 from operator import itemgetter
@@ -386,12 +386,14 @@ class BlockPackWriter(PackWriter):
     buckets, each sorted alone at ``seal``), and the first 4 bytes of its id in an
     ``IdSet``, which tells at once that an id was not written; only when it says
     "perhaps" (for an id not written, about one time in 2,500 in a pack of a million
-    objects) is the id looked for in its bucket."""
+    objects) is the id looked for in its bucket. The ``IdSet`` is made by the first
+    such question: a seal, which knows its objects are new, never asks one."""
 
     def __init__(self, pack_dir: Path, tmp_dir: Path, expected: int = 0) -> None:
         super().__init__(pack_dir, tmp_dir, BLOCK_PACK_MAGIC)
         self._buckets = [bytearray() for _ in range(256)]
-        self._prefixes = IdSet(expected, key_bytes=4)
+        self._expected = expected
+        self._prefixes: IdSet | None = None  # made when first needed (``_written``)
         # One block being filled per group (``block_group``), each written when full.
         self._pending: list[dict[str, bytes]] = [{} for _ in range(BLOCK_GROUPS)]
         self._pending_bytes = [0] * BLOCK_GROUPS
@@ -402,7 +404,10 @@ class BlockPackWriter(PackWriter):
         return any(oid in pending for pending in self._pending) or self._written(bytes.fromhex(oid))
 
     def _written(self, raw: bytes) -> bool:
-        if raw not in self._prefixes:
+        prefixes = self._prefixes
+        if prefixes is None:
+            prefixes = self._prefixes = self._prefixes_of_written()
+        if raw not in prefixes:
             return False
         bucket, step = self._buckets[raw[0]], BLOCK_IDX_ENTRY.size
         at = bucket.find(raw)
@@ -410,9 +415,19 @@ class BlockPackWriter(PackWriter):
             at = bucket.find(raw, at + 1)
         return at >= 0
 
+    def _prefixes_of_written(self) -> IdSet:
+        """The ``IdSet`` of the ids of the index entries made so far."""
+        step = BLOCK_IDX_ENTRY.size
+        prefixes = IdSet(max(self._expected, sum(map(len, self._buckets)) // step), key_bytes=4)
+        for bucket in self._buckets:
+            for at in range(0, len(bucket), step):
+                prefixes.add(bytes(bucket[at : at + 4]))
+        return prefixes
+
     def _entry(self, raw: bytes, at: int, inner: int, length: int) -> None:
         self._buckets[raw[0]] += BLOCK_IDX_ENTRY.pack(raw, at, inner, length)
-        self._prefixes.add(raw)
+        if self._prefixes is not None:
+            self._prefixes.add(raw)
 
     def add_content(
         self, oid: str, content: bytes, *, new: bool = False, exact: bool = False
@@ -422,13 +437,20 @@ class BlockPackWriter(PackWriter):
         ``exact``: a JSON body orjson wrote (``block_payload``)."""
         if not new and oid in self:
             return
-        group = block_group(content)
-        self._pending[group][oid] = content
-        if exact:
-            self._exact.add(oid)
-        self._pending_bytes[group] += len(content)
-        if self._pending_bytes[group] >= BLOCK_BYTES:
-            self._flush_group(group)
+        self.add_new(((oid, content, exact),))
+
+    def add_new(self, contents: Iterable[tuple[str, bytes, bool]]) -> None:
+        """``add_content(oid, content, new=True, exact=exact)`` of each ``(oid, content,
+        exact)``, in one loop: a seal's objects."""
+        pending, pending_bytes, known_exact = self._pending, self._pending_bytes, self._exact
+        for oid, content, exact in contents:
+            group = block_group(content)
+            pending[group][oid] = content  # a new dict after each flush of the group
+            if exact:
+                known_exact.add(oid)
+            pending_bytes[group] += len(content)
+            if pending_bytes[group] >= BLOCK_BYTES:
+                self._flush_group(group)
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Add objects by their stored form as plain records (a damaged copy kept as it is)."""
@@ -463,18 +485,51 @@ class BlockPackWriter(PackWriter):
         at = self.size + RECORD_HEAD.size
         self._write([(TYPE_BLOCK, blake3.blake3(payload).digest(), payload)])
         self._pending[group], self._pending_bytes[group] = {}, 0
-        for oid, inner, length in iter_block(content):
-            self._entry(bytes.fromhex(oid), at, inner, length)
+        self._index_block(at, content)
+
+    def _index_block(self, at: int, content: bytes) -> None:
+        """The index entries of the objects of the block whose payload is at ``at``, made
+        from its content's raw ids in one loop (the seal's index is made here)."""
+        entries: Iterable[tuple[bytes, int, int]]
+        if is_array_block(content):
+            table = array_table(content)
+            ids, kind_bytes = table.ids, len(table.kind)
+            raws = (ids[i : i + 32] for i in range(0, len(ids), 32))
+            lengths = [kind_bytes + n for n in table.lengths]
+            entries = zip(raws, table.starts(), lengths, strict=True)
+        else:
+            entries = ((bytes.fromhex(oid), inner, n) for oid, inner, n in iter_block(content))
+        buckets, pack, prefixes = self._buckets, BLOCK_IDX_ENTRY.pack, self._prefixes
+        for raw, inner, length in entries:
+            buckets[raw[0]] += pack(raw, at, inner, length)
+            if prefixes is not None:
+                prefixes.add(raw)
 
     def seal(self) -> None:
         self._flush()
         self.sync()
-        atomic_write(
-            self._tmp_dir,
-            self.path.with_suffix(".idx"),
-            sorted_index_chunks(self._buckets, self.size, version=2),
-        )
+        chunks = sorted_index_chunks(self._buckets, self.size, version=2)
+        atomic_write(self._tmp_dir, self.path.with_suffix(".idx"), _joined(chunks))
         self.release()
+
+
+def _joined(chunks: Iterable[bytes | bytearray]) -> Iterator[bytes]:
+    """``chunks`` joined into pieces of about INDEX_PIECE bytes: an index's 258 chunks
+    (its head, a bucket per first byte, its checksum) were 258 writes, each letting go
+    of the interpreter lock and waiting to take it back from the appending threads."""
+    piece: list[bytes | bytearray] = []
+    held = 0
+    for chunk in chunks:
+        piece.append(chunk)
+        held += len(chunk)
+        if held >= INDEX_PIECE:
+            yield b"".join(piece)
+            piece, held = [], 0
+    if piece:
+        yield b"".join(piece)
+
+
+INDEX_PIECE: Final = 1 << 20  # bytes of an index written at once (memory: a merge's is big)
 
 
 BLOCK_BYTES: Final = 128 * 1024
@@ -505,8 +560,11 @@ def block_group(content: bytes) -> int:
     return _OTHER_NODE
 
 
+_JSON_KINDS: Final = frozenset({b"blob\0", b"node\0"})
+
+
 def block_payload(
-    objects_in: dict[str, bytes], known_exact: Container[str] = ()
+    objects_in: dict[str, bytes], known_exact: Iterable[str] = ()
 ) -> tuple[bytes, bytes]:
     """The content of a block of ``objects_in`` (id -> ``kind + NUL + body``, verified
     by the caller) and its record's payload: the zstd frame, then its claim (5.5),
@@ -514,12 +572,11 @@ def block_payload(
     (``known_exact``: ids of blobs and nodes whose JSON orjson wrote, and nested no
     deeper than the limit, so not parsed again). Such a block of objects of one kind
     is written in the array layout, any other in the entry layout."""
-    exact = all(
-        (piece.startswith(b"blob\0") or piece.startswith(b"node\0"))
-        and (oid in known_exact or read_exactly(piece[5:]))
-        for oid, piece in objects_in.items()
-    )
     kinds = {piece[:5] for piece in objects_in.values()}
+    # Set operations, not a test per object: a seal's objects are nearly all known exact.
+    exact = kinds <= _JSON_KINDS and all(
+        read_exactly(objects_in[oid][5:]) for oid in objects_in.keys() - known_exact
+    )
     if exact and len(kinds) == 1:
         kind = kinds.pop()[:4]
         content = encode_array_block(kind, ((oid, p[5:]) for oid, p in objects_in.items()))
