@@ -197,8 +197,15 @@ def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
             store.objects.get(oid)
 
 
-def _run_fsync(shared: object, wanted: int, end: int, ran: list[str], name: str,
-               gate: threading.Event | None = None, fail: bool = False) -> threading.Thread:
+def _run_fsync(
+    shared: object,
+    wanted: int,
+    end: int,
+    ran: list[str],
+    name: str,
+    gate: threading.Event | None = None,
+    fail: bool = False,
+) -> threading.Thread:
     """A thread that asks ``shared`` (a SharedFsync) to cover ``wanted`` bytes; if it
     is the one to run the fsync, it notes ``name``, waits for ``gate`` and covers
     up to ``end`` (or raises, with ``fail``)."""
