@@ -179,6 +179,13 @@ class Reader:
                 found.pack_problems += pack.ref_record_problems(record.raw_id, off, length)
         pack.release(first, stop)
 
+    def _unreadable(self, pack: SealedPack, off: int, where: str, e: ValueError) -> None:
+        """A block whose content cannot be read: named, and each object it should hold
+        reported as the pack's index places it there."""
+        self.found.pack_problems.append(f"block {where} cannot be read ({e})")
+        for oid, error in pack.unreadable_block(off, str(e), set()):
+            self.error(oid, error)
+
     def block(self, pack: SealedPack, checksum: bytes, payload: bytes, off: int) -> None:
         where = f"at offset {off - RECORD_HEAD.size}"
         found = self.found
@@ -187,9 +194,7 @@ class Reader:
         try:
             content = decompress_block(payload)
         except ValueError as e:
-            found.pack_problems.append(f"block {where} cannot be read ({e})")
-            for oid, error in pack.unreadable_block(off, str(e), set()):
-                self.error(oid, error)
+            self._unreadable(pack, off, where, e)
             return
         # What a context read believes without a walk (FORMAT.md 5.5) is checked here.
         claimed = bool(block_claim(payload) & WITHIN_LIMITS)
@@ -198,9 +203,7 @@ class Reader:
             try:
                 table = array_table(content)
             except ValueError as e:
-                found.pack_problems.append(f"block {where} cannot be read ({e})")
-                for oid, error in pack.unreadable_block(off, str(e), set()):
-                    self.error(oid, error)
+                self._unreadable(pack, off, where, e)
                 return
             if not array_separators(content, table):
                 found.pack_problems.append(

@@ -285,7 +285,7 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
 def block_piece(content: bytes, at: int, length: int) -> bytes:
     """The ``kind + NUL + body`` of the object an index entry (or ``iter_block``) puts at
     ``at``, ``length`` in a block's content, in either layout."""
-    if content.startswith(ARRAY_MARK):
+    if is_array_block(content):
         return content[32 : 32 + _KIND_BYTES] + content[at : at + length - _KIND_BYTES]
     return content[at : at + length]
 

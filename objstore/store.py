@@ -569,17 +569,22 @@ class Store:
         if lock:
             lock.release()
 
-    def _session_turn(self, session: str) -> threading.Lock:
-        """Take the lock that lets one thread at a time append to a session through
-        this handle (in a turn: turn -> session, turns.py); the caller releases it."""
-        sid = self._resolver.session_id(session)
-        lock = self._session_turns.setdefault(sid, threading.Lock())
-        if not lock.acquire(blocking=False):
-            # The session's previous append waits for its fsync, which must not wait
-            # for this one (Turns.gather).
-            self._turns.arrived()
-            lock.acquire()
-        return lock
+    @contextmanager
+    def _session_turn(self, session: str) -> Iterator[None]:
+        """The handle's turn, then the lock that lets one thread at a time write to a
+        session through this handle (turn -> session, turns.py), both held inside."""
+        with self._turns:
+            sid = self._resolver.session_id(session)
+            lock = self._session_turns.setdefault(sid, threading.Lock())
+            if not lock.acquire(blocking=False):
+                # The session's previous append waits for its fsync, which must not
+                # wait for this one (Turns.gather).
+                self._turns.arrived()
+                lock.acquire()
+            try:
+                yield
+            finally:
+                lock.release()
 
     def _writable(self, session: str) -> tuple[str, _Tip]:
         """Lock a session for writing; return its id and what a writer needs of it.
@@ -642,12 +647,8 @@ class Store:
         blob = self.objects.prepare("blob", *message_body)
         new_state = None if state_body is None else self.objects.prepare("blob", *state_body)
         if self._turns.mine():  # in a batch, which has the handle to itself
-            with self._turns:
-                turn = self._session_turn(session)
-                try:
-                    return self._append(session, blob, new_state, meta, changes)
-                finally:
-                    turn.release()
+            with self._session_turn(session):
+                return self._append(session, blob, new_state, meta, changes)
         queued = QueuedAppend(partial(self._append, session, blob, new_state, meta, changes))
         if self._appends.join(queued):
             self._lead_appends(queued)
@@ -772,12 +773,8 @@ class Store:
         if type(keep) is not int or keep < 0:
             raise InvalidInput("keep must be a non-negative integer")
         summary_body, state_body = _checked_bodies(summary, "summary", state, meta)
-        with self._turns:
-            turn = self._session_turn(session)
-            try:
-                return self._compact(session, summary_body, state_body, keep, meta)
-            finally:
-                turn.release()
+        with self._session_turn(session):
+            return self._compact(session, summary_body, state_body, keep, meta)
 
     def _compact(
         self,

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from s3_server import S3Server
 
 from objstore import Store
@@ -27,6 +28,15 @@ def directory_remote(tmp_path: Path, name: str = "remote") -> tuple[Path, Remote
 def s3_remote(server: S3Server) -> RemoteLocation:
     """A remote in a new bucket of ``server``, under the prefix ``ags``."""
     return RemoteLocation(f"s3://{server.new_bucket()}/ags", endpoint=server.endpoint)
+
+
+@pytest.fixture(name="location", params=["directory", "s3"])
+def location_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
+    """A new, empty remote: a directory, then a bucket on SeaweedFS (the s3_env
+    fixture of s3_server, which a test module imports)."""
+    if request.param == "directory":
+        return directory_remote(tmp_path)[1]
+    return s3_remote(request.getfixturevalue("s3_env"))
 
 
 def new_store(path: Path, location: RemoteLocation, remote: str = "origin") -> Store:

@@ -18,7 +18,13 @@ from s3_server import (  # noqa: F401
     s3_env_fixture,
     seaweedfs_fixture,
 )
-from sync_setup import directory_remote, new_store, s3_remote, session_with
+from sync_setup import (  # noqa: F401
+    directory_remote,
+    location_fixture,
+    new_store,
+    s3_remote,
+    session_with,
+)
 from test_array_blocks import entry_layout_payload
 
 import objstore.packs
@@ -43,13 +49,6 @@ from objstore.remote.layout import (
     read_marker,
 )
 from objstore.remote.storage import RemoteStorage
-
-
-@pytest.fixture(params=["directory", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
-    if request.param == "directory":
-        return directory_remote(tmp_path)[1]
-    return s3_remote(request.getfixturevalue("s3_env"))
 
 
 def marker_bytes(version: int) -> bytes:

@@ -20,9 +20,10 @@ from s3_server import (  # noqa: F401
     s3rver_fixture,
     seaweedfs_fixture,
 )
-from sync_setup import (
+from sync_setup import (  # noqa: F401
     age_remote,
     directory_remote,
+    location_fixture,
     new_store,
     remote_is_consistent,
     s3_remote,
@@ -41,13 +42,6 @@ from objstore.remote import (
     push,
     record_push,
 )
-
-
-@pytest.fixture(params=["directory", "s3"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> RemoteLocation:
-    if request.param == "directory":
-        return directory_remote(tmp_path)[1]
-    return s3_remote(request.getfixturevalue("s3_env"))
 
 
 def do_push(store: Store, location: RemoteLocation, *refs: str, force: bool = False):  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,15 @@ def run(script: str, store: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def in_threads(work: Callable[[int], None], n: int) -> None:
+    """Run ``work(0)`` to ``work(n - 1)`` in n threads at once; return when all end."""
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def test_eight_threads_append_through_one_store(tmp_path: Path) -> None:
     done = run(SHARED, tmp_path / "store")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr[-3000:]
@@ -135,11 +145,7 @@ def test_an_append_that_fails_fails_only_its_own_thread(tmp_path: Path) -> None:
                 else:
                     heads[t].append(node)
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(work, 6)
         assert len(refused) == 40 and all(e.session == sids[0] for e in refused)
     with Store.open(tmp_path / "store") as store:
         for t in range(1, 6):
@@ -180,11 +186,7 @@ def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
                 else:
                     acknowledged[t].append(node)
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(work, 8)
         monkeypatch.undo()
         assert sum(failed) >= 10  # each failed write failed one append or more
         for t in range(8):
