@@ -60,7 +60,7 @@ from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, encode_node, parse_node
-from .object_store import ObjectStore, Prepared, SweepResult
+from .object_store import ObjectStore, SweepResult
 from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
@@ -640,16 +640,18 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
-        # Encoded and checked before the turn: another thread may write meanwhile.
+        # Encoded and checked before the turn, so that bad input is refused in the
+        # caller's thread and never queued. Hashing and compressing are left to the
+        # leader (combining.py): with messages of a few KB, each call that lets go of
+        # the GIL in a thread of its own cost more in thread switches than it ran.
         message_body, state_body = _checked_bodies(message, "message", state, meta)
         changes = _checked_files(files)
-        # Hashed and compressed here too, side by side with other threads (Prepared).
-        blob = self.objects.prepare("blob", *message_body)
-        new_state = None if state_body is None else self.objects.prepare("blob", *state_body)
         if self._turns.mine():  # in a batch, which has the handle to itself
             with self._session_turn(session):
-                return self._append(session, blob, new_state, meta, changes)
-        queued = QueuedAppend(partial(self._append, session, blob, new_state, meta, changes))
+                return self._append(session, message_body, state_body, meta, changes)
+        queued = QueuedAppend(
+            partial(self._append, session, message_body, state_body, meta, changes)
+        )
         if self._appends.join(queued):
             self._lead_appends(queued)
         else:
@@ -708,8 +710,8 @@ class Store:
     def _append(
         self,
         session: str,
-        message: Prepared,
-        state: Prepared | None,
+        message: Encoded,
+        state: Encoded | None,
         meta: dict[str, Any] | None,
         files: list[tuple[str, bytes | None, bytes | None]],
         until_durable: list[Callable[[], None]] | None = None,
@@ -724,9 +726,9 @@ class Store:
             )
             for path, before, after in files
         )
-        message_id = self.objects.put_prepared(message)
+        message_id = self.objects.put("blob", message[0], exact=message[1])
         state_id = (
-            self.objects.put_prepared(state)
+            self.objects.put("blob", state[0], exact=state[1])
             if state is not None
             else (parent.state if parent else None)
         )
