@@ -1505,6 +1505,8 @@ class OpenPack:
                 fsync_dir(self.path.parent)
                 return "removed"
             replay(updates)
+            if size > good_end and not os.pread(fd, size - good_end, good_end).strip(b"\0"):
+                os.ftruncate(fd, good_end)  # zeros written ahead (5.1): no torn record
             os.fsync(fd)
             write_index(self.path, tmp_dir, good_objects, good_end)
             with suppress(FileNotFoundError):  # its dead writer's live index (5.6)

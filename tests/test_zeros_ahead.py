@@ -134,3 +134,29 @@ def test_a_writer_killed_between_the_records_and_their_first_byte_lost_only_them
         assert store.context(sid)[-1] == user("m19")
         store.append(sid, user("goes on"))
         assert check_store(store).ok
+
+
+KILLED_IDLE = """
+import os, signal, sys
+from objstore import Store
+store = Store.open(sys.argv[1])
+sid = store.new_session()
+for i in range(5):
+    store.append(sid, {"role": "user", "content": f"m{i}"})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_recovery_cuts_the_zeros_ahead_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    child = subprocess.run([sys.executable, "-c", KILLED_IDLE, str(path)], check=False)
+    assert child.returncode == -signal.SIGKILL
+    pack = live_pack(path)
+    data = pack.read_bytes()
+    end = records_end(data)
+    assert len(data) > end, "zeros ahead when the writer died"
+    with Store.open(path) as store:  # recovers the pack
+        assert pack.with_suffix(".idx").exists()
+        assert pack.read_bytes() == data[:end]
+        (sid,) = store.sessions()
+        assert len(store.context(sid.id)) == 5
