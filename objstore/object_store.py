@@ -115,12 +115,10 @@ class ObjectStore:
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
         before_journal: Callable[[], None] = lambda: None,
-        gather: Callable[[float], None] = lambda longest: None,
     ) -> None:
         self.root = root
         self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
-        self._gather = gather  # turns.py: and its fsync for the appends on their way
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
         self._root = os.fspath(root)
@@ -634,7 +632,7 @@ class ObjectStore:
             left()
             if older is not None:
                 older.sync()
-            w.sync(self._gather)
+            w.sync()
         finally:
             w.let_go()
             if older is not None:

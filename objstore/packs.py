@@ -31,11 +31,9 @@ import os
 import secrets
 import struct
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -201,7 +199,6 @@ class PackWriter:
         self._kept = 0
         self._dir_synced = False
         self._fsyncs = SharedFsync()  # one at a time, covering what came before it
-        self._fsync_time = 0.0  # seconds, a moving average
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
@@ -341,24 +338,18 @@ class PackWriter:
             self.flush()
         return os.pread(self._fd, loc[1], loc[0])
 
-    def sync(self, gather: Callable[[float], None] = lambda longest: None) -> None:
+    def sync(self) -> None:
         """Make every record written so far durable. Threads that wait here together
         share fsyncs (shared_fsync.py): each fsync covers every record written before
-        it began, and the thread that starts one first lets ``gather`` wait, about
-        as long as an fsync takes at most, for the appends on their way
-        (turns.Turns.gather)."""
+        it began."""
         wanted = self._in_file  # held records are the caller's to flush first
         if self._fsyncs.synced < wanted:
-            self._fsyncs.cover(wanted, partial(self._fsync_now, gather))
+            self._fsyncs.cover(wanted, self._fsync_now)
 
-    def _fsync_now(self, gather: Callable[[float], None]) -> int:
+    def _fsync_now(self) -> int:
         """One fsync (and of the directory, the first time); the end of what it covered."""
-        gather(self._fsync_time)
         end = self._in_file  # every write up to here has returned
-        started = time.perf_counter()
         os.fsync(self._fd)
-        # What the next gather may wait: about what an fsync takes (a moving average).
-        self._fsync_time += (time.perf_counter() - started - self._fsync_time) / 4
         if not self._dir_synced:
             fsync_dir(self.path.parent)
             self._dir_synced = True

@@ -81,7 +81,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
-from .turns import Turns, on_the_way, one_at_a_time
+from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
@@ -348,7 +348,6 @@ class Store:
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
             partial(upgrade_marker, path, JOURNAL_VERSION),
-            self._turns.gather,
         )
         self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
@@ -576,11 +575,7 @@ class Store:
         with self._turns:
             sid = self._resolver.session_id(session)
             lock = self._session_turns.setdefault(sid, threading.Lock())
-            if not lock.acquire(blocking=False):
-                # The session's previous append waits for its fsync, which must not
-                # wait for this one (Turns.gather).
-                self._turns.arrived()
-                lock.acquire()
+            lock.acquire()
             try:
                 yield
             finally:
@@ -691,8 +686,6 @@ class Store:
                 except BaseException:
                     self._tips.clear()  # ahead of the journal now: read again
                     raise
-                finally:
-                    self._turns.arrived(*(queued.owner for queued in taken))
                 if written:
                     self.objects.commit(left=hand_on)
         except BaseException as e:  # a failed write or fsync, or this thread interrupted
@@ -1431,12 +1424,15 @@ class Store:
 
 
 # Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
-# an append or a compaction takes it itself, after encoding, and is on its way to the
-# pack from its call.
+# an append or a compaction takes it itself, after encoding.
+_TAKE_THEIR_OWN_TURN: Final = frozenset({"batch", "append", "compact"})
 for _name, _member in list(vars(Store).items()):
-    if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
-        wrap = on_the_way if _name in ("append", "compact") else one_at_a_time
-        setattr(Store, _name, wrap(_member))
+    if (
+        not _name.startswith("_")
+        and inspect.isfunction(_member)
+        and (_name not in _TAKE_THEIR_OWN_TURN)
+    ):
+        setattr(Store, _name, one_at_a_time(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
