@@ -4,7 +4,9 @@ Each thread appending through a shared ``Store`` used to take the handle's turn
 for its own append, write its records, leave the turn and wait for the fsync
 that covered them: a lock handoff, a write and two or three wake-ups per append,
 and with the GIL each wake-up is a switch of threads. Here a thread queues its
-append, already encoded and checked, and one thread at a time, the *leader*,
+append, already encoded and checked (the leader hashes and compresses it: for
+messages of a few KB that costs less than the thread switches its GIL release
+brings), and one thread at a time, the *leader*,
 takes the turn and runs every queued append: their records go to the pack in
 one write, one fsync covers them all (shared with other leaders' by group
 commit, turns.py), and each queued thread is woken once, when its append is

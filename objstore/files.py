@@ -126,6 +126,14 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
         fsync_dir(os.path.dirname(path))
 
 
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` of the file (``pwrite`` may write less)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def write_new(tmp_dir: StrPath, data: Data, *, durable: bool = True) -> str:
     """Write ``data`` (bytes, or pieces of them in order) to a new uniquely named file
     in ``tmp_dir``; return its path."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from .errors import SessionBusy
@@ -29,8 +30,9 @@ class WriterLock:
         """Take the lock or raise SessionBusy naming the holder's pid."""
         if self._lock.acquire(blocking=False):
             fd = self._lock.fd
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with suppress(OSError):  # a full disk: the lock is held all the same, unnamed
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return
         raise SessionBusy(self.session_id, self._holder_pid())
 

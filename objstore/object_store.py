@@ -74,19 +74,6 @@ RECORD_OVERHEAD: Final = RECORD_HEAD.size
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
-    """An object hashed and compressed for this handle's pack outside its turn, by the
-    thread that will append it (``ObjectStore.prepare``), so the thread that has the
-    turn does not: zstd and BLAKE3 let go of the GIL, so threads do this side by side."""
-
-    kind: str
-    oid: str
-    content: bytes  # kind + NUL + body
-    stored: bytes  # its stored form at LIVE_LEVEL
-    exact: bool  # a JSON body orjson wrote (``put``)
-
-
-@dataclass(frozen=True, slots=True)
 class SweepResult:
     objects_swept: int  # distinct unreachable objects removed (or that would be)
     bytes_freed: int
@@ -128,12 +115,10 @@ class ObjectStore:
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
         before_journal: Callable[[], None] = lambda: None,
-        gather: Callable[[float], None] = lambda longest: None,
     ) -> None:
         self.root = root
         self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
-        self._gather = gather  # turns.py: and its fsync for the appends on their way
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
         self._root = os.fspath(root)
@@ -534,30 +519,7 @@ class ObjectStore:
         cost its bytes until a repack merges the two. ``exact``: a JSON body orjson
         wrote (canonical.encode), which its seal need not parse again."""
         content = objects.content_of(kind, body)
-        return self._put(kind, objects.content_id(content), content, None, pack, unique, exact)
-
-    @staticmethod
-    def prepare(kind: str, body: bytes, exact: bool = False) -> Prepared:
-        """An object to ``put_prepared`` into this handle's pack, made outside its turn
-        (it touches nothing of the handle's)."""
-        content = objects.content_of(kind, body)
-        stored = objects.stored_content(kind, content, LIVE_LEVEL)
-        return Prepared(kind, objects.content_id(content), content, stored, exact)
-
-    def put_prepared(self, obj: Prepared) -> str:
-        """``put`` of a prepared object into this handle's pack; return its id."""
-        return self._put(obj.kind, obj.oid, obj.content, obj.stored, True, False, obj.exact)
-
-    def _put(
-        self,
-        kind: str,
-        oid: str,
-        content: bytes,
-        stored: bytes | None,
-        pack: bool,
-        unique: bool,
-        exact: bool,
-    ) -> str:
+        oid = objects.content_id(content)
         if kind == "file" and self._before_files is not None:
             self._before_files()  # an ags of store version 2 would sweep file objects
             self._before_files = None
@@ -573,8 +535,7 @@ class ObjectStore:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         if pack:
-            if stored is None:
-                stored = objects.stored_content(kind, content, LIVE_LEVEL)
+            stored = objects.stored_content(kind, content, LIVE_LEVEL)
             self._pack_writer().add_object(oid, stored, content, exact)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
@@ -671,7 +632,7 @@ class ObjectStore:
             left()
             if older is not None:
                 older.sync()
-            w.sync(self._gather)
+            w.sync()
         finally:
             w.let_go()
             if older is not None:

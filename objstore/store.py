@@ -60,7 +60,7 @@ from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, encode_node, parse_node
-from .object_store import ObjectStore, Prepared, SweepResult
+from .object_store import ObjectStore, SweepResult
 from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
@@ -81,7 +81,7 @@ from .refs import (
 )
 from .resolve import Resolver, RootPath, Target, project_root
 from .specs import parse_spec
-from .turns import Turns, on_the_way, one_at_a_time
+from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
@@ -348,7 +348,6 @@ class Store:
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
             partial(upgrade_marker, path, JOURNAL_VERSION),
-            self._turns.gather,
         )
         self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
@@ -576,11 +575,7 @@ class Store:
         with self._turns:
             sid = self._resolver.session_id(session)
             lock = self._session_turns.setdefault(sid, threading.Lock())
-            if not lock.acquire(blocking=False):
-                # The session's previous append waits for its fsync, which must not
-                # wait for this one (Turns.gather).
-                self._turns.arrived()
-                lock.acquire()
+            lock.acquire()
             try:
                 yield
             finally:
@@ -640,16 +635,18 @@ class Store:
         """
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
-        # Encoded and checked before the turn: another thread may write meanwhile.
+        # Encoded and checked before the turn, so that bad input is refused in the
+        # caller's thread and never queued. Hashing and compressing are left to the
+        # leader (combining.py): with messages of a few KB, each call that lets go of
+        # the GIL in a thread of its own cost more in thread switches than it ran.
         message_body, state_body = _checked_bodies(message, "message", state, meta)
         changes = _checked_files(files)
-        # Hashed and compressed here too, side by side with other threads (Prepared).
-        blob = self.objects.prepare("blob", *message_body)
-        new_state = None if state_body is None else self.objects.prepare("blob", *state_body)
         if self._turns.mine():  # in a batch, which has the handle to itself
             with self._session_turn(session):
-                return self._append(session, blob, new_state, meta, changes)
-        queued = QueuedAppend(partial(self._append, session, blob, new_state, meta, changes))
+                return self._append(session, message_body, state_body, meta, changes)
+        queued = QueuedAppend(
+            partial(self._append, session, message_body, state_body, meta, changes)
+        )
         if self._appends.join(queued):
             self._lead_appends(queued)
         else:
@@ -689,8 +686,6 @@ class Store:
                 except BaseException:
                     self._tips.clear()  # ahead of the journal now: read again
                     raise
-                finally:
-                    self._turns.arrived(*(queued.owner for queued in taken))
                 if written:
                     self.objects.commit(left=hand_on)
         except BaseException as e:  # a failed write or fsync, or this thread interrupted
@@ -708,8 +703,8 @@ class Store:
     def _append(
         self,
         session: str,
-        message: Prepared,
-        state: Prepared | None,
+        message: Encoded,
+        state: Encoded | None,
         meta: dict[str, Any] | None,
         files: list[tuple[str, bytes | None, bytes | None]],
         until_durable: list[Callable[[], None]] | None = None,
@@ -724,9 +719,9 @@ class Store:
             )
             for path, before, after in files
         )
-        message_id = self.objects.put_prepared(message)
+        message_id = self.objects.put("blob", message[0], exact=message[1])
         state_id = (
-            self.objects.put_prepared(state)
+            self.objects.put("blob", state[0], exact=state[1])
             if state is not None
             else (parent.state if parent else None)
         )
@@ -1429,12 +1424,15 @@ class Store:
 
 
 # Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
-# an append or a compaction takes it itself, after encoding, and is on its way to the
-# pack from its call.
+# an append or a compaction takes it itself, after encoding.
+_TAKE_THEIR_OWN_TURN: Final = frozenset({"batch", "append", "compact"})
 for _name, _member in list(vars(Store).items()):
-    if not _name.startswith("_") and inspect.isfunction(_member) and _name != "batch":
-        wrap = on_the_way if _name in ("append", "compact") else one_at_a_time
-        setattr(Store, _name, wrap(_member))
+    if (
+        not _name.startswith("_")
+        and inspect.isfunction(_member)
+        and (_name not in _TAKE_THEIR_OWN_TURN)
+    ):
+        setattr(Store, _name, one_at_a_time(_member))
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from objstore import SessionBusy, Store, UnknownSpec
+from objstore.pack_format import PACK_MAGIC, scan_buffer
 
 LINE_TIMEOUT = 30.0  # seconds a child may stay silent before the test fails
 
@@ -492,8 +493,13 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
     # leave it as it is, and replay must not make one.
     assert old_log_size == 0 and not log_path.exists()
     if loss == "older_ref_torn_pack_tail":
-        with open(crashed, "ab") as f:
-            f.write(b"\0" * 3000)
+        # A record cut short where the next would start (over the zeros its writer
+        # keeps ahead, FORMAT.md 5.1): a head whose payload does not verify.
+        records_end = scan_buffer(crashed.read_bytes(), 0, len(PACK_MAGIC)).end
+        with open(crashed, "r+b") as f:
+            f.seek(records_end)
+            f.write(b"\x01" + bytes(32) + (100).to_bytes(4, "little") + b"torn")
+        torn_tail = crashed.read_bytes()[records_end:]
 
     with Store.open(path) as store:
         assert crashed.with_suffix(".idx").exists()
@@ -509,8 +515,8 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
     assert not log_path.exists(), "appends write no reflog line, and recovery adds none"
     if loss == "older_ref_torn_pack_tail":
         indexed_length = int.from_bytes(crashed.with_suffix(".idx").read_bytes()[8:16], "little")
-        assert indexed_length < crashed.stat().st_size, "the torn tail is left out of the index"
-        assert crashed.read_bytes()[indexed_length:] == b"\0" * 3000
+        assert indexed_length == records_end, "the torn tail is left out of the index"
+        assert crashed.read_bytes()[indexed_length:] == torn_tail, "and left as it was"
 
     with Store.open(path) as store:  # and the session goes on from there
         store.append(sid, {"role": "user", "content": f"m{APPENDS}"})

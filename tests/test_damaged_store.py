@@ -23,7 +23,7 @@ from cli.main import cli
 from objstore import Store, StoreFormatError, StoreWarning
 from objstore.fsck import check_store
 from objstore.gc import collect_garbage
-from objstore.pack_format import PACK_MAGIC, RECORD_HEAD
+from objstore.pack_format import PACK_MAGIC, RECORD_HEAD, scan_buffer
 
 
 def ags(path: Path, *args: str) -> tuple[int, str, str]:
@@ -158,14 +158,7 @@ def test_a_damaged_ref_update_record_is_named_by_fsck(tmp_path: Path) -> None:
         pass  # recovery seals it as it is
     (pack,) = packs(path)
     data = bytearray(pack.read_bytes())
-    at = len(PACK_MAGIC)
-    ref_at = None
-    while at < len(data):  # find the ref-update record (type 2)
-        rtype, _raw, length = RECORD_HEAD.unpack_from(data, at)
-        if rtype == 2:
-            ref_at = at
-        at += RECORD_HEAD.size + length
-    assert ref_at is not None
+    (ref_at,) = scan_buffer(data, 0, len(PACK_MAGIC)).ref_starts  # the ref-update record
     data[ref_at + RECORD_HEAD.size + 5] ^= 0x01
     pack.write_bytes(bytes(data))
     problems = fsck_problems(path)

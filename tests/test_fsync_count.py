@@ -33,16 +33,17 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 def test_an_append_costs_one_fsync(
     tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """And one write to its pack: a thread appending alone leads every group of
-    appends (objstore/combining.py), a group of one."""
-    writes: list[int] = []
-    real_write = os.write
+    """And one write of its records to its pack, then their first byte (FORMAT.md 5.1):
+    a thread appending alone leads every group of appends (objstore/combining.py), a
+    group of one."""
+    writes: list[tuple[int, int]] = []
+    real_write = os.pwrite
 
-    def counting_write(fd: int, data: bytes) -> int:
-        writes.append(fd)
-        return real_write(fd, data)
+    def counting_write(fd: int, data: bytes, offset: int) -> int:
+        writes.append((fd, len(data)))
+        return real_write(fd, data, offset)
 
-    monkeypatch.setattr(packs.os, "write", counting_write)
+    monkeypatch.setattr(packs.os, "pwrite", counting_write)
     with Store.open(tmp_path / "store") as store:
         sid = store.new_session(title="counted")
         store.append(sid, {"role": "user", "content": "the first takes the lock, makes a pack"})
@@ -54,7 +55,8 @@ def test_an_append_costs_one_fsync(
             assert len(fsyncs) == 1, f"append {i} made {len(fsyncs)} fsyncs"
             pack = store.objects._writer
             assert pack is not None
-            assert writes.count(pack._fd) == 1, f"append {i} made {len(writes)} writes"
+            to_pack = [n for fd, n in writes if fd == pack._fd]
+            assert len(to_pack) == 2 and to_pack[1] == 1, f"append {i} wrote {to_pack}"
         fsyncs.clear()
         store.compact(sid, "the story so far", keep=2)
         assert len(fsyncs) == 1

@@ -9,7 +9,9 @@ file, so a second ``flock`` owner) or a second process.
 
 from __future__ import annotations
 
+import errno
 import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +122,28 @@ def test_a_handle_used_again_after_close_lets_go_again_on_close(tmp_path: Path) 
     s.close()
     assert other_process_appends(path, sid) == "ok"
     assert not unsealed(path)
+
+
+def test_a_writer_lock_taken_on_a_full_disk_is_held_and_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder's pid is a courtesy for the error a second writer gets: when the
+    disk is too full to write it, the lock is held all the same, the append goes on,
+    and another process is still refused."""
+    path = tmp_path / "store"
+    real_pwrite = os.pwrite
+    locks_dir = str(path / "locks" / "sessions")
+
+    def no_room_for_the_pid(fd: int, data: bytes, offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(locks_dir):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    with Store.open(path) as store:
+        sid = store.new_session()
+        monkeypatch.setattr(os, "pwrite", no_room_for_the_pid)
+        store.append(sid, {"role": "user", "content": "on a full disk"})
+        monkeypatch.undo()
+        store.append(sid, {"role": "user", "content": "and after"})
+        assert other_process_appends(path, sid) == "SessionBusy"
+        assert len(store.context(sid)) == 2

@@ -613,16 +613,16 @@ def test_a_failed_pack_write_leaves_nothing_half_written(store, monkeypatch):
 
     sid = store.new_session()
     store.append(sid, {"role": "user", "content": "before"})
-    real_write = os.write
+    real_write = os.pwrite
     calls = {"n": 0}
 
-    def disk_full_after_some_bytes(fd, data):
+    def disk_full_after_some_bytes(fd, data, offset):
         calls["n"] += 1
         if calls["n"] == 1:
-            return real_write(fd, bytes(data)[:7])  # a short write, then the disk is full
+            return real_write(fd, bytes(data)[:7], offset)  # a short write, then a full disk
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(objstore.packs.os, "write", disk_full_after_some_bytes)
+    monkeypatch.setattr(objstore.packs.os, "pwrite", disk_full_after_some_bytes)
     with pytest.raises(OSError):
         store.append(sid, {"role": "user", "content": "lost to a full disk"})
     monkeypatch.undo()

@@ -158,23 +158,23 @@ def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
     """A write of a group of appends that fails (a full disk) fails every append of
     the group, in its own thread, and leaves none of them in the pack or in the
     handle's memory: each session goes on from its last acknowledged append."""
-    real_write = os.write
+    real_write = os.pwrite
     lock = threading.Lock()
     count = [0]
 
-    def full_for_a_while(fd: int, data: bytes) -> int:
+    def full_for_a_while(fd: int, data: bytes, offset: int) -> int:
         with lock:
             count[0] += 1
             full = 20 <= count[0] < 30
         if full:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
+        return real_write(fd, data, offset)
 
     with Store.open(tmp_path / "store") as store:
         sids = [store.new_session(title=f"thread {t}") for t in range(8)]
         acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
         failed = [0] * 8
-        monkeypatch.setattr(packs.os, "write", full_for_a_while)
+        monkeypatch.setattr(packs.os, "pwrite", full_for_a_while)
 
         def work(t: int) -> None:
             for i in range(25):
