@@ -167,6 +167,24 @@ class BlockReader:
             raise CorruptObject(oid, f"expected a node, found a {kind}")
         return parse_node(oid, body)
 
+    def message_run(self, oid: str) -> tuple[list[str], str | None] | None:
+        """For a context read (``walk.context_blobs``): the message blobs, newest first,
+        of the message node ``oid`` and of the nodes before it in its block that a walk
+        by spans goes to next, each from the one before it, and the id the walk goes to
+        after the last of them. None if ``oid`` is not in a listed block of nodes in
+        the array layout that claims WITHIN_LIMITS, or is not a node this takes (a
+        compaction, a node with files, one ``node_from_value`` might refuse or read
+        otherwise): ``node`` reads it, and lists its block for the nodes after it.
+
+        A session's nodes sit in their blocks in the order they were written, its span
+        nodes apart from the others (FORMAT.md 5.5), so a context read takes them a run
+        at a time, parsed together, with no Node made for each: on the bench's
+        3,000-message context, 117 nodes in 5 blocks."""
+        block = self._arrays.get(oid)
+        if block is None or not block.claimed or block.kind != "node":
+            return None
+        return block.message_run(oid)
+
     @staticmethod
     def _exact_node(oid: str, body: bytes) -> Node:
         try:
@@ -369,13 +387,14 @@ class _ArrayBlock:
     """A listed block in the array layout (FORMAT.md 5.5): each object's body found by
     its id through the block's own table."""
 
-    __slots__ = ("claimed", "content", "index", "kind", "lengths", "starts")
+    __slots__ = ("claimed", "content", "ids", "index", "kind", "lengths", "starts")
 
     def __init__(self, content: bytes, table: ArrayTable, claimed: bool) -> None:
         self.content = content
         self.kind = _KINDS[table.kind[:4]]
         self.claimed = claimed
-        self.index = dict(zip(table.hex_ids(), range(len(table.lengths)), strict=True))
+        self.ids = table.hex_ids()
+        self.index = dict(zip(self.ids, range(len(self.ids)), strict=True))
         self.starts = table.starts()
         self.lengths = table.lengths
 
@@ -383,6 +402,64 @@ class _ArrayBlock:
         i = self.index[oid]
         start = self.starts[i]
         return self.content[start : start + self.lengths[i]]
+
+    def message_run(self, oid: str) -> tuple[list[str], str | None] | None:
+        """``BlockReader.message_run`` in this block (of nodes that claim WITHIN_LIMITS).
+        The nodes are parsed a range at a time, back from ``oid``, the range doubling
+        from _RUN while the run goes on: what is parsed and not taken (another session's
+        nodes before the run) is at most about what is taken."""
+        ids, newest_first = self.ids, list[str]()
+        at: str | None = oid
+        hi = self.index[oid]
+        size = _RUN
+        while hi >= 0 and at == ids[hi]:
+            lo = max(0, hi - size + 1)
+            start, end = self.starts[lo], self.starts[hi] + self.lengths[hi]
+            try:
+                values = orjson.loads(b"[" + self.content[start:end] + b"]")
+            except orjson.JSONDecodeError:
+                break  # ``node`` reads each alone, and names the one that does not read
+            if type(values) is not list or len(values) != hi - lo + 1:
+                break
+            while hi >= lo and at == ids[hi]:
+                taken, link = _message_link(values[hi - lo], newest_first)
+                if not taken:
+                    break
+                at, hi = link, hi - 1
+            if hi >= lo:
+                break
+            size *= 2
+        return None if hi == self.index[oid] else (newest_first, at)
+
+
+_RUN: Final = 8
+"""Nodes ``_ArrayBlock.message_run`` parses first; then twice as many each time."""
+_NODE_FIELDS: Final = ("parent", "state", "meta", "message")
+
+
+def _message_link(value: Any, newest_first: list[str]) -> tuple[bool, Any]:
+    """For the parsed body of a message node that ``node_from_value`` reads as it is,
+    with no files: True, with its message blobs put on ``newest_first`` (a span's,
+    newest first, or its own message), and the id a walk by spans goes to next (the
+    span's ``after``, or ``parent``). False, with nothing put, for any other value:
+    a compaction, a node with files, one ``node_from_value`` might refuse or read
+    otherwise."""
+    if (
+        type(value) is not dict
+        or value.get("type") != "message"
+        or "files" in value
+        or type(value.get("messages")) is not int
+        or not all(map(value.__contains__, _NODE_FIELDS))
+    ):
+        return False, None
+    if "span" not in value:
+        newest_first.append(value["message"])
+        return True, value["parent"]
+    span = value["span"]
+    if type(span) is not dict or "after" not in span or type(span.get("messages")) is not list:
+        return False, None
+    newest_first += reversed(span["messages"])
+    return True, span["after"]
 
 
 class _Fill:

@@ -21,6 +21,7 @@ from .errors import ObjectMissing
 from .nodes import Node
 
 NodeReader = Callable[[str], "Node | None"]
+RunReader = Callable[[str], "tuple[list[str], str | None] | None"]
 
 
 def walk(head: str | None, read: NodeReader, *, spans: bool = False) -> Iterator[Node]:
@@ -38,19 +39,37 @@ def walk(head: str | None, read: NodeReader, *, spans: bool = False) -> Iterator
         at = node.span.after if spans and node.span is not None else node.parent
 
 
-def context_blobs(head: str | None, read: NodeReader) -> list[str]:
+def context_blobs(head: str | None, read: NodeReader, runs: RunReader | None = None) -> list[str]:
     """The message blobs of the active context at ``head``, oldest first: the last
-    compaction's summary and kept messages, then the messages after it (4.2)."""
+    compaction's summary and kept messages, then the messages after it (4.2).
+
+    ``runs``, if given, may take several message nodes at once where ``walk`` with
+    ``spans`` would read them one by one: from a node, the message blobs of it and
+    of the nodes that walk would go on to next (newest first), and the id that walk
+    would go to after the last of them; None where it takes none (the node is then
+    read by ``read``, a compaction always is)."""
     newest_first: list[str] = []
     compaction = None
-    for node in walk(head, read, spans=True):
+    at = head
+    while at is not None:
+        if runs is not None:
+            run = runs(at)
+            if run is not None:
+                newest_first += run[0]
+                at = run[1]
+                continue
+        node = read(at)
+        if node is None:
+            break
         if node.is_compaction:
             compaction = node
             break
         if node.span is not None:
             newest_first += reversed(node.span.messages)
+            at = node.span.after
         else:
             newest_first.append(node.content)
+            at = node.parent
     front = []
     if compaction is not None:
         front = [compaction.content, *(_read(read, k).content for k in compaction.kept)]
