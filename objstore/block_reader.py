@@ -42,6 +42,17 @@ parsing a node block's array whole once a walk takes several of its nodes;
 holding the cycle collector off during the read (9 collections of 15-100 us
 each, but the one after it does their work).
 
+A context read walks its nodes a run at a time (``message_run``): a session's nodes
+sit in their blocks in the order they were written, its span nodes in blocks of their
+own, so from the node the walk is at, the nodes before it in its block are parsed
+together (a range of 8, then 16, ... while the run goes on) and followed, each linking
+to the one before it, with no Node made for each and no dictionary of the block's
+ids; any node that is not such a link (a compaction, files, another session's node, a
+node ``node_from_value`` might refuse or read otherwise) ends the run and is read by
+``node``. On the bench's 3,000-message context the walk (117 nodes in 5 blocks) took
+0.61 ms of CPU with runs that start at a node read alone, against 0.78 ms node by
+node, and the read 9.4 ms against main's 10.4 (in-process, interleaved, load 6).
+
 The messages and nodes of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its
 writer read each of them exactly with orjson alone, and the claim is covered by
 the block's checksum) are parsed by orjson with no walk; those of any other block
@@ -186,6 +197,8 @@ class BlockReader:
         nodes apart from the others (FORMAT.md 5.5), so a context read takes them a run
         at a time, parsed together, with no Node made for each and no dictionary of the
         block's ids: on the bench's 3,000-message context, 117 nodes in 5 blocks."""
+        if type(oid) is not str:
+            return None  # a link no id can be: ``node`` says so
         block = self._arrays.get(oid)
         if block is not None:
             i = block.index[oid]

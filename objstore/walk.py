@@ -1,6 +1,6 @@
 """The walk back through a history: from a node along ``parent`` links, newest first.
 
-Every reader of a chain goes through ``walk``: the transcript (``Store.log``),
+Every reader of a chain goes through this module: the transcript (``Store.log``),
 the active context (``context_blobs``), a writer's open span, diffs, exports,
 sizes, the search index, fsck. The caller ends the walk where it needs to
 (``break`` at a compaction, at a node it already knows); the walk itself
@@ -10,7 +10,9 @@ reader does not have (an export document's nodes, fsck's verified ones).
 Spans (FORMAT.md 4.2) let a reader of messages skip: ``walk(..., spans=True)``
 goes from a node that carries a span straight to the node the span starts
 after, so a context of n messages costs about n/32 node reads (plus the plain
-nodes between the head and its last span).
+nodes between the head and its last span). ``context_blobs`` steps the same way
+and may take a run of such nodes at once from a reader that has them together
+(``BlockReader.message_run``: the nodes of an array block, parsed in one call).
 """
 
 from __future__ import annotations
