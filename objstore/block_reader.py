@@ -139,8 +139,10 @@ class BlockReader:
         self._arrays: dict[str, _ArrayBlock] = {}
         self._blob_arrays = False
         # blocks of nodes in the array layout that message runs read, not listed (a
-        # block listed later for ``node`` or ``get`` is listed as any other)
+        # block listed later for ``node`` or ``get`` is listed as any other), and the
+        # ids a message run found in no block (beside a live writer: its newest nodes)
         self._runs: dict[tuple[str, int], _ArrayBlock] = {}
+        self._unblocked: set[str] = set()
         # (pack name, record payload offset) -> the block's content, the flags it
         # claims, and how many objects it gave through the index, or _LISTED once its
         # objects are in the dicts above; oldest decoded first
@@ -207,6 +209,7 @@ class BlockReader:
                 return None
             found = self._objects.in_block(oid)
             if found is None:
+                self._unblocked.add(oid)  # ``node`` reads it by ``get``, with no look again
                 return None
             pack, off, at, _length = found
             key = (pack.path.name, off)
@@ -392,8 +395,8 @@ class BlockReader:
         """Where ``oid`` is in a checked block (its body, if it is a blob of the entry
         layout), decoding that block if it is new, and the flags the block claims; None
         if it is in none (or in none its index names)."""
-        if not ID_RE.fullmatch(oid):
-            return None, 0  # a link no id can be: ``ObjectStore.get`` says so (InvalidName)
+        if oid in self._unblocked or not ID_RE.fullmatch(oid):
+            return None, 0  # in no block (a message run looked), or a link no id can be
         found = self._objects.in_block(oid)
         if found is None:
             return None, 0
@@ -506,11 +509,13 @@ class _ArrayBlock:
         the range doubling from _RUN while the run goes on: what is parsed and not
         taken (another session's nodes before the run) is at most about what is
         taken."""
+        starts, lengths, raw = self.starts, self.lengths, self.raw_ids
+        if self.content.startswith(b'{"kept":', starts[place]):
+            return None  # a compaction (FORMAT.md 5.5 tells it so): no run, ``node`` reads it
         newest_first: list[str] = []
         at: str | None = oid
         hi = place
         size = _RUN
-        starts, lengths, raw = self.starts, self.lengths, self.raw_ids
         while hi >= 0 and at == self.hex_id(hi):
             lo = max(0, hi - size + 1)
             try:
