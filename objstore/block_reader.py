@@ -40,7 +40,10 @@ left, each no faster in paired runs: filling the context's places by id a run at
 a time where a block holds them in order (still a dictionary of every id);
 parsing a node block's array whole once a walk takes several of its nodes;
 holding the cycle collector off during the read (9 collections of 15-100 us
-each, but the one after it does their work).
+each, but the one after it does their work; again with the runs: 7.70-8.26 ms against
+7.66-7.79); one dictionary of the ids' first places for the repeats, in place of the
+set, ``dict.fromkeys`` and ``_repeated_places`` (0.35 ms against 0.32 for the bench's
+3,000 ids, 87 of them repeats).
 
 A context read walks its nodes a run at a time (``message_run``): a session's nodes
 sit in their blocks in the order they were written, its span nodes in blocks of their
@@ -50,8 +53,9 @@ to the one before it, with no Node made for each and no dictionary of the block'
 ids; any node that is not such a link (a compaction, files, another session's node, a
 node ``node_from_value`` might refuse or read otherwise) ends the run and is read by
 ``node``. On the bench's 3,000-message context the walk (117 nodes in 5 blocks) took
-0.61 ms of CPU with runs that start at a node read alone, against 0.78 ms node by
-node, and the read 9.4 ms against main's 10.4 (in-process, interleaved, load 6).
+0.53 ms of CPU against 0.77 ms node by node (medians of 400 interleaved pairs, load
+2.9), and the whole read about 3% less (in-process, 6 x 100 reads, each after a
+JSONL read, the two orders taken in turn: the one measured second gained 1-4%).
 
 The messages and nodes of a block that claims WITHIN_LIMITS (FORMAT.md 5.5: its
 writer read each of them exactly with orjson alone, and the claim is covered by
