@@ -218,11 +218,16 @@ class ArrayTable(NamedTuple):
 
     def hex_ids(self) -> list[str]:
         """Each id as 64 hex digits, in block order."""
-        return list(map(bytes.hex, _ids_struct(len(self.lengths)).unpack(self.ids)))
+        return hex_ids(self.ids)
 
     def starts(self) -> list[int]:
         """Where each body starts in the content, in block order."""
         return list(accumulate(map((1).__add__, self.lengths[:-1]), initial=self.start + 1))
+
+
+def hex_ids(raw: bytes) -> list[str]:
+    """Raw ids, 32 bytes each, as 64 hex digits each, in order."""
+    return list(map(bytes.hex, _ids_struct(len(raw) // 32).unpack(raw)))
 
 
 @lru_cache(maxsize=64)

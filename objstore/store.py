@@ -871,7 +871,7 @@ class Store:
         # messages (stores written before the groups of FORMAT.md 5.5), the blocks
         # the walk decoded give their messages too, and are decoded once.
         reader = BlockReader(self.objects)
-        blob_ids = context_blobs(node_id, reader.node)
+        blob_ids = context_blobs(node_id, reader.node, reader.message_run)
         try:
             return reader.blob_values(blob_ids)
         except ValueError:  # read each again, to name the blob that is not JSON

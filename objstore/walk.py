@@ -1,6 +1,6 @@
 """The walk back through a history: from a node along ``parent`` links, newest first.
 
-Every reader of a chain goes through ``walk``: the transcript (``Store.log``),
+Every reader of a chain goes through this module: the transcript (``Store.log``),
 the active context (``context_blobs``), a writer's open span, diffs, exports,
 sizes, the search index, fsck. The caller ends the walk where it needs to
 (``break`` at a compaction, at a node it already knows); the walk itself
@@ -10,7 +10,9 @@ reader does not have (an export document's nodes, fsck's verified ones).
 Spans (FORMAT.md 4.2) let a reader of messages skip: ``walk(..., spans=True)``
 goes from a node that carries a span straight to the node the span starts
 after, so a context of n messages costs about n/32 node reads (plus the plain
-nodes between the head and its last span).
+nodes between the head and its last span). ``context_blobs`` steps the same way
+and may take a run of such nodes at once from a reader that has them together
+(``BlockReader.message_run``: the nodes of an array block, parsed in one call).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .errors import ObjectMissing
 from .nodes import Node
 
 NodeReader = Callable[[str], "Node | None"]
+RunReader = Callable[[str], "tuple[list[str], str | None] | None"]
 
 
 def walk(head: str | None, read: NodeReader, *, spans: bool = False) -> Iterator[Node]:
@@ -38,19 +41,37 @@ def walk(head: str | None, read: NodeReader, *, spans: bool = False) -> Iterator
         at = node.span.after if spans and node.span is not None else node.parent
 
 
-def context_blobs(head: str | None, read: NodeReader) -> list[str]:
+def context_blobs(head: str | None, read: NodeReader, runs: RunReader | None = None) -> list[str]:
     """The message blobs of the active context at ``head``, oldest first: the last
-    compaction's summary and kept messages, then the messages after it (4.2)."""
+    compaction's summary and kept messages, then the messages after it (4.2).
+
+    ``runs``, if given, may take several message nodes at once where ``walk`` with
+    ``spans`` would read them one by one: from a node, the message blobs of it and
+    of the nodes that walk would go on to next (newest first), and the id that walk
+    would go to after the last of them; None where it takes none (the node is then
+    read by ``read``, a compaction always is)."""
     newest_first: list[str] = []
     compaction = None
-    for node in walk(head, read, spans=True):
+    at = head
+    while at is not None:
+        if runs is not None:
+            run = runs(at)
+            if run is not None:
+                newest_first += run[0]
+                at = run[1]
+                continue
+        node = read(at)
+        if node is None:
+            break
         if node.is_compaction:
             compaction = node
             break
         if node.span is not None:
             newest_first += reversed(node.span.messages)
+            at = node.span.after
         else:
             newest_first.append(node.content)
+            at = node.parent
     front = []
     if compaction is not None:
         front = [compaction.content, *(_read(read, k).content for k in compaction.kept)]
