@@ -34,13 +34,12 @@ from typing import Any
 class QueuedAppend:
     """One thread's append, waiting in the queue for the leader that runs it."""
 
-    __slots__ = ("work", "owner", "result", "error", "lead", "interrupted", "_wake")
+    __slots__ = ("work", "result", "error", "lead", "interrupted", "_wake")
 
     def __init__(self, work: Callable[[list[Callable[[], None]]], Any]) -> None:
         # Run by the leader in the handle's turn, given the list of what lets go of the
         # append's ref lock once it is durable (RefStore.transact's ``until_durable``).
         self.work = work
-        self.owner = threading.get_ident()
         self.result: Any = None
         self.error: BaseException | None = None
         self.lead = False  # woken to lead, not because it is done
