@@ -4,6 +4,7 @@ for both backends, then what only one of them has (errors, credentials, modes)."
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from s3_server import (  # noqa: F401
@@ -223,6 +226,46 @@ def test_a_server_that_ignores_conditional_writes_is_refused(
 
 
 # -- S3: where credentials come from, and what goes wrong --------------------------------
+
+
+def test_a_write_cut_off_after_its_headers_leaves_no_key(s3_env: S3Server) -> None:
+    """A writer killed between a PUT's headers and its body (botocore waits for
+    ``100 Continue`` there): SeaweedFS stored an empty object from such a request
+    unless it carries the body's MD5, and an empty pack or cell reads as damage. The
+    request ags makes, sent without its body, leaves nothing."""
+
+    class Stop(Exception):
+        pass
+
+    with S3Storage(s3_env.new_bucket(), endpoint=s3_env.endpoint) as storage:
+        made: list[tuple[str, dict[str, str]]] = []
+
+        def keep_and_stop(request: Any, **_: Any) -> None:
+            made.append((request.url, {k: _text(v) for k, v in request.headers.items()}))
+            raise Stop  # nothing goes on the wire
+
+        storage._client.meta.events.register("before-send.s3.PutObject", keep_and_stop)
+        for key, body in (("packs/a-pack", b"a pack" * 1000), ("refs/a-cell", b'{"a": 1}')):
+            with pytest.raises(Stop):
+                storage.put_new(key, body)
+        storage._client.meta.events.unregister("before-send.s3.PutObject", keep_and_stop)
+        for url, headers in made:
+            where = urlsplit(url)
+            headers.pop("Expect", None)
+            with socket.create_connection((where.hostname or "", where.port or 80)) as s:
+                request = f"PUT {where.path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                request += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                s.sendall(request.encode() + b"\r\n")  # and no body: the sender is gone
+                s.shutdown(socket.SHUT_WR)
+                s.recv(4096)  # the server's answer, whatever it is
+        assert storage.head("packs/a-pack") is None
+        assert storage.head("refs/a-cell") is None
+        storage.put_new("packs/a-pack", b"a pack" * 1000)  # and the real write goes in
+        assert storage.get("packs/a-pack") == b"a pack" * 1000
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def test_credentials_from_a_profile_in_the_shared_credentials_file(

@@ -30,12 +30,18 @@ conditional write of the key is in flight: each of them is a lost swap.
   encoding, which S3-compatible servers have mishandled (stored the chunk
   framing as content, or refused the request). Objects are verified by their
   BLAKE3 ids and cells by their JSON, so nothing relies on the checksum.
+* every write sends its body's MD5 (``Content-MD5``). SeaweedFS stores an empty
+  object when a PUT is cut off (its sender killed) after its headers and before
+  any byte of its body; with the MD5 it refuses it. An empty key (a pack, a
+  cell) left by a killed push would read as damage.
 * path-style addressing with a custom endpoint (``http://host/bucket/key``):
   what MinIO, SeaweedFS and friends serve without wildcard DNS.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -79,6 +85,12 @@ _UNREACHABLE: Final = (
     bce.ConnectionClosedError,
     bce.ProxyConnectionError,
 )
+
+
+def _md5(data: bytes) -> str:
+    """The ``Content-MD5`` of a body (base64, RFC 1864): the server refuses the write
+    unless it got every byte of it (module doc)."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
 
 
 def _status(e: bce.ClientError) -> int:
@@ -224,7 +236,11 @@ class S3Storage(RemoteStorage):
         for attempt in range(IN_FLIGHT_RETRIES + 1):
             try:
                 reply = self._client.put_object(
-                    Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*"
+                    Bucket=self.bucket,
+                    Key=self.prefix + key,
+                    Body=data,
+                    ContentMD5=_md5(data),
+                    IfNoneMatch="*",
                 )
                 return reply["ETag"]
             except bce.ClientError as e:
@@ -243,7 +259,11 @@ class S3Storage(RemoteStorage):
     def _put_if_match(self, key: str, data: bytes, etag: str) -> str:
         try:
             reply = self._client.put_object(
-                Bucket=self.bucket, Key=self.prefix + key, Body=data, IfMatch=etag
+                Bucket=self.bucket,
+                Key=self.prefix + key,
+                Body=data,
+                ContentMD5=_md5(data),
+                IfMatch=etag,
             )
             return reply["ETag"]
         except bce.ClientError as e:
