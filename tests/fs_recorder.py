@@ -10,13 +10,17 @@ such as "this append was acknowledged".
 The disk model (``PowerCut``) follows what POSIX promises and real file
 systems deliver, and no more:
 
-* a file's data survives only up to its last ``fsync``: later writes and
-  truncations are lost (``"zeros"`` keeps the later length, filled with
-  zeros, as XFS can after a crash);
+* a file's data survives only up to its last ``fsync`` that has returned: what
+  was written before that fsync began survives, later writes and truncations
+  are lost (``"zeros"`` keeps the later length, filled with zeros, as XFS can
+  after a crash); an fsync still running when the power goes promises
+  nothing, so a cut between an fsync's start and its return (``"synced"``)
+  keeps the file as the fsync before it left it;
 * a name change (a creation, rename, unlink or mkdir) survives once the
   directory that holds the new name (for an unlink, the old one) is
-  fsynced; before that it may or may not have happened, each independently
-  of the others: a state applies the pending ones a subset chooses;
+  fsynced (that fsync having returned); before that it may or may not have
+  happened, each independently of the others: a state applies the pending
+  ones a subset chooses;
 * a file in a directory whose creation did not survive is gone.
 
 Inodes are tracked by identity, not by path, so a file renamed before or
@@ -50,6 +54,7 @@ class Recorder:
         self._fds: dict[int, tuple[str, Any]] = {}  # fd -> ("file", inode id) / ("dir", path)
         self._inodes: dict[tuple[int, int], int] = {}  # (dev, ino) -> inode id
         self._next_id = 0
+        self._next_sync = 0
 
     # -- installing --------------------------------------------------------------
 
@@ -128,11 +133,14 @@ class Recorder:
             self.ops.append(("truncate", entry[1], size))
 
     def _fsync(self, fd: int) -> None:
-        # Recorded as it starts: another thread's write during it is not taken as covered.
+        # Recorded as it starts (what it covers: another thread's write during it is not
+        # covered) and as it returns (when that is durable: not while it runs).
         entry = self._fds.get(fd)
         op = None
         if entry is not None:
-            op = ("fsync_dir", entry[1]) if entry[0] == "dir" else ("fsync", entry[1])
+            self._next_sync += 1
+            kind = "fsync_dir" if entry[0] == "dir" else "fsync"
+            op = (kind, entry[1], self._next_sync)
             self.ops.append(op)
         try:
             self._real["fsync"](fd)
@@ -140,6 +148,8 @@ class Recorder:
             if op is not None:
                 self.ops.remove(op)
             raise
+        if op is not None:
+            self.ops.append(("synced", op[2]))
 
     def _close(self, fd: int) -> None:
         self._fds.pop(fd, None)
@@ -207,11 +217,11 @@ class PowerCut:
             return cls(pickle.load(f), os.path.abspath(root))
 
     def points(self) -> list[int]:
-        """Op indexes worth cutting at (state before op i): before every sync, rename
-        and unlink, and right after every mark."""
+        """Op indexes worth cutting at (state before op i): before every sync starts and
+        returns, rename and unlink, and right after every mark."""
         out = {len(self.ops)}
         for i, op in enumerate(self.ops):
-            if op[0] in ("fsync", "fsync_dir", "rename", "unlink"):
+            if op[0] in ("fsync", "fsync_dir", "synced", "rename", "unlink"):
                 out.add(i)
             elif op[0] == "mark":
                 out.add(i + 1)
@@ -222,6 +232,8 @@ class PowerCut:
         ``none`` / ``all`` pending name changes applied, ``some`` a random subset;
         data as synced (``zeros``: also the unsynced length, as zeros)."""
         synced: dict[int, bytes] = {}
+        synced_from: dict[int, int] = {}  # inode -> the start (op index) of its fsync
+        running: dict[int, tuple[int, Any]] = {}  # fsyncs started, not returned
         current: dict[int, bytearray] = {}
         durable: list[tuple[int, Op]] = []  # name changes, with their place in the record
         pending: list[tuple[int, Op]] = []
@@ -247,10 +259,16 @@ class PowerCut:
                 del data[op[2] :]
                 data.extend(b"\0" * (op[2] - len(data)))
             elif kind == "fsync":
-                synced[op[1]] = bytes(current.get(op[1], b""))
+                running[op[2]] = (i, (op[1], bytes(current.get(op[1], b""))))
             elif kind == "fsync_dir":
-                durable += [p for p in pending if _commits(p[1], op[1])]
-                pending = [p for p in pending if not _commits(p[1], op[1])]
+                running[op[2]] = (i, [p for p in pending if _commits(p[1], op[1])])
+            elif kind == "synced":
+                started, what = running.pop(op[1])
+                if isinstance(what, list):  # a directory's: the changes made before it
+                    durable += [p for p in what if p in pending]
+                    pending = [p for p in pending if p not in what]
+                elif started > synced_from.get(what[0], -1):  # not behind a newer fsync
+                    synced[what[0]], synced_from[what[0]] = what[1], started
         out = []
         for variant in variants:
             if variant.startswith("none"):

@@ -8,11 +8,14 @@ one process sharing an object while one of them is in a batch, a session
 that a second handle goes on writing from the head in the first one's
 journal, eight threads appending through one handle (their appends
 share fsyncs; an fsync is recorded as it starts, so a write made while it
-runs is not taken as covered by it), and four threads whose packs fill every
+runs is not taken as covered by it, and as it returns, so nothing it covers
+is durable before then: an append acknowledged while its fsync still ran
+is caught), and four threads whose packs fill every
 few appends and are sealed in the background while the appends go on, some
 relying on a state another thread wrote into the pack being sealed. It marks
 each acknowledged step in the same record. Then, for each point (before every
-sync, rename and unlink, and after every acknowledgement), ``PowerCut``
+sync starts and returns, rename and unlink, and after every
+acknowledgement), ``PowerCut``
 builds the disk states of a cut there: only fsynced data survives, and each
 name change not yet made durable by a directory fsync happened or not
 (none, all, random subsets; and XFS-style zeros where unsynced data was).
