@@ -260,7 +260,7 @@ class Reader:
         found = self.found
         unpack, head, size = BLOCK_ENTRY_HEAD.unpack_from, BLOCK_ENTRY_HEAD.size, len(content)
         view = memoryview(content)
-        hashed, loads, from_bytes = blake3.blake3, orjson.loads, int.from_bytes
+        hashed, from_bytes = blake3.blake3, int.from_bytes
         starts, everyday = content.startswith, _EVERYDAY_NODE.fullmatch
         blobs, files = found.blobs, found.files
         placed = placements = objects = 0
@@ -278,18 +278,7 @@ class Reader:
                 continue
             if starts(b"blob\0", pos):
                 blobs.append(from_bytes(raw[:8]) >> 4)
-                try:
-                    value = loads(view[pos + 5 : end])
-                except orjson.JSONDecodeError:
-                    self.blob_problem(raw, view[pos + 5 : end])
-                else:
-                    # One walk answers both: nesting within the limit, and (for a
-                    # block's claim) no number orjson may have read inexactly.
-                    found_in_it = unusual(value)
-                    if found_in_it == TOO_DEEP:
-                        self.problem(raw, _NESTED_TOO_DEEP)
-                    if found_in_it and unclaimed is not None:
-                        unclaimed.append(raw.hex())
+                self.blob(raw, view[pos + 5 : end], unclaimed)
             elif (match := everyday(content, pos, end)) is not None:
                 self.everyday_node(raw, match)  # within the claim: no big number
             elif starts(b"node\0", pos):
@@ -329,7 +318,7 @@ class Reader:
         view = memoryview(content)
         kind, ids, lengths = table.kind, table.ids, table.lengths
         hasher = blake3.blake3(kind)
-        loads, from_bytes, everyday = orjson.loads, int.from_bytes, _EVERYDAY_NODE_BODY.fullmatch
+        from_bytes, everyday = int.from_bytes, _EVERYDAY_NODE_BODY.fullmatch
         is_blob = kind == b"blob\0"
         blobs = found.blobs
         placed = placements = 0
@@ -341,16 +330,7 @@ class Reader:
                 continue
             if is_blob:
                 blobs.append(from_bytes(raw[:8]) >> 4)
-                try:
-                    value = loads(view[start:end])
-                except orjson.JSONDecodeError:
-                    self.blob_problem(raw, view[start:end])
-                else:
-                    found_in_it = unusual(value)
-                    if found_in_it == TOO_DEEP:
-                        self.problem(raw, _NESTED_TOO_DEEP)
-                    if found_in_it and unclaimed is not None:
-                        unclaimed.append(raw.hex())
+                self.blob(raw, view[start:end], unclaimed)
             elif (match := everyday(content, start, end)) is not None:
                 self.everyday_node(raw, match)
             else:
@@ -362,6 +342,21 @@ class Reader:
         found.count += len(lengths)
         found.placed += placed
         found.placements += placements
+
+    def blob(self, raw: bytes, body: memoryview, unclaimed: list[str] | None) -> None:
+        """Check a blob's body: JSON, nested within the limit, and (for a block's claim,
+        ``unclaimed`` given) no number orjson may have read inexactly; one walk
+        answers both."""
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            self.blob_problem(raw, body)
+            return
+        found_in_it = unusual(value)
+        if found_in_it == TOO_DEEP:
+            self.problem(raw, _NESTED_TOO_DEEP)
+        if found_in_it and unclaimed is not None:
+            unclaimed.append(raw.hex())
 
     def everyday_node(self, raw: bytes, match: re.Match[bytes]) -> None:
         """Take apart a node ``_EVERYDAY_NODE`` matched. Its parent, message, span

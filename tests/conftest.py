@@ -16,10 +16,12 @@ from objstore import Store
 from objstore.pack_format import (
     BLOCK_IDX_ENTRY,
     ENTRIES_AT,
+    PACK_MAGIC,
     RECORD_HEAD,
     TYPE_BLOCK,
     encode_record,
     parse_index,
+    scan_buffer,
 )
 from objstore.packs import rebuild_index
 
@@ -113,3 +115,16 @@ def count_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(os, "pread", pread)
     return calls
+
+
+def live_pack(path: Path) -> Path:
+    """The one pack of the store at ``path`` being written (no index yet)."""
+    (pack,) = [p for p in (path / "objects" / "pack").glob("*.pack")
+               if not p.with_suffix(".idx").exists()]  # fmt: skip
+    return pack
+
+
+def records_end(pack: bytes) -> int:
+    """Where the records of a pack being written end: its size less the zeros its
+    writer keeps ahead of them (FORMAT.md 5.1)."""
+    return scan_buffer(pack, 0, len(PACK_MAGIC)).end

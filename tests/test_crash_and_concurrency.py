@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import records_end
 
 from objstore import SessionBusy, Store, UnknownSpec
-from objstore.pack_format import PACK_MAGIC, scan_buffer
 
 LINE_TIMEOUT = 30.0  # seconds a child may stay silent before the test fails
 
@@ -495,11 +495,11 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
     if loss == "older_ref_torn_pack_tail":
         # A record cut short where the next would start (over the zeros its writer
         # keeps ahead, FORMAT.md 5.1): a head whose payload does not verify.
-        records_end = scan_buffer(crashed.read_bytes(), 0, len(PACK_MAGIC)).end
+        good_end = records_end(crashed.read_bytes())
         with open(crashed, "r+b") as f:
-            f.seek(records_end)
+            f.seek(good_end)
             f.write(b"\x01" + bytes(32) + (100).to_bytes(4, "little") + b"torn")
-        torn_tail = crashed.read_bytes()[records_end:]
+        torn_tail = crashed.read_bytes()[good_end:]
 
     with Store.open(path) as store:
         assert crashed.with_suffix(".idx").exists()
@@ -515,7 +515,7 @@ def test_power_loss_restores_refs_and_reflog_from_the_pack(
     assert not log_path.exists(), "appends write no reflog line, and recovery adds none"
     if loss == "older_ref_torn_pack_tail":
         indexed_length = int.from_bytes(crashed.with_suffix(".idx").read_bytes()[8:16], "little")
-        assert indexed_length == records_end, "the torn tail is left out of the index"
+        assert indexed_length == good_end, "the torn tail is left out of the index"
         assert crashed.read_bytes()[indexed_length:] == torn_tail, "and left as it was"
 
     with Store.open(path) as store:  # and the session goes on from there

@@ -14,25 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import live_pack, records_end
 
 from objstore import Store, packs
 from objstore.fsck import check_store
-from objstore.pack_format import PACK_MAGIC, scan_buffer
+from objstore.pack_format import PACK_MAGIC
 from objstore.packs import MAX_PACK_BYTES, ZEROS_AHEAD
 
 
 def user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
-
-
-def live_pack(path: Path) -> Path:
-    (pack,) = [p for p in (path / "objects" / "pack").glob("*.pack")
-               if not p.with_suffix(".idx").exists()]  # fmt: skip
-    return pack
-
-
-def records_end(data: bytes) -> int:
-    return scan_buffer(data, 0, len(PACK_MAGIC)).end
 
 
 def test_a_pack_keeps_zeros_ahead_of_its_records_up_to_the_size_it_is_sealed_at(
