@@ -6,9 +6,12 @@ The exit status is 0 whether or not targets are met: the run is a report.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,7 +67,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=[s.__name__ for s in SCENARIOS],
         help="run only this scenario (again for more): " + ", ".join(s.__name__ for s in SCENARIOS),
     )
+    parser.add_argument(
+        "--dir",
+        metavar="DIR",
+        type=_directory,
+        help="run the scenarios in temporary directories under DIR, to measure the file "
+        "system it is on (default: the system's temporary directory)",
+    )
     return parser.parse_args(argv)
+
+
+def _directory(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return path.resolve()
+
+
+@contextmanager
+def _temporary_directories_under(directory: Path | None) -> Iterator[None]:
+    """Every temporary directory made meanwhile, in this process and in the children it
+    starts (the live writer, the peers' drivers), is made under ``directory``."""
+    if directory is None:
+        yield
+        return
+    before_dir, before_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = str(directory), str(directory)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before_dir
+        if before_env is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = before_env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     reset()
     if args.no_peers:
         skip_peers("left out (--no-peers)")
-    write_report(run_benchmark(sizes, quick=args.quick, only=args.only), as_json=args.json)
+    with _temporary_directories_under(args.dir):
+        report = run_benchmark(sizes, quick=args.quick, only=args.only)
+    write_report(report, as_json=args.json)
     return 0
 
 

@@ -8,6 +8,7 @@ import platform
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Unit = Literal["msg/s", "s", "B", "req"]
@@ -64,7 +65,27 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "load_1min": round(os.getloadavg()[0], 2),
         "tempdir": tempfile.gettempdir(),
+        "filesystem": filesystem_of(Path(tempfile.gettempdir())),
     }
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the file system ``path`` is on (its mount with the longest matching
+    mount point in /proc/mounts), or "unknown" where there is no /proc/mounts."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    target, best, kind = str(path.resolve()), -1, "unknown"
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind
 
 
 def format_value(value: float, unit: Unit) -> str:
@@ -94,7 +115,8 @@ def render_table(report: Report) -> str:
     lines = [
         f"ags vs JSONL-per-session, zettcode and LangGraph{' (quick run)' if report.quick else ''}",
         f"Python {m['python']} ({m['implementation']}), {m['cores']} cores, "
-        f"load {m['load_1min']} at start, {m['platform']}, temp dir {m['tempdir']}",
+        f"load {m['load_1min']} at start, {m['platform']}, temp dir {m['tempdir']} "
+        f"({m.get('filesystem', 'unknown')})",
         "",
     ]
     header = ("measure", "ags", "JSONL", *PEER_LABELS.values(), "ags/JSONL", "target", "result")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,26 @@ def test_peers_that_cannot_be_installed_are_dashes_and_a_note(
     why = "uv is not on PATH, so the peers could not be installed"
     assert any(why in note for note in report["notes"])
     assert not (tmp_path / "cache" / "ags-bench" / "peers-venv").exists()
+
+
+def test_dir_runs_the_scenarios_under_it_and_names_its_file_system(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--quick", "--json", "--no-peers", "--only", "durable_appends", "--dir", str(tmp_path)]
+    assert main(args) == 0
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["machine"]["tempdir"] == str(tmp_path.resolve())
+    assert report["machine"]["filesystem"] not in {"", "unknown"}
+    assert [row["key"] for row in report["rows"]] == ["append_rate"]
+    assert list(tmp_path.iterdir()) == []  # each scenario's directory removed after it
+    assert tempfile.gettempdir() != str(tmp_path.resolve())  # set back after the run
+
+
+def test_dir_that_is_not_a_directory_is_a_one_line_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--quick", "--dir", str(tmp_path / "missing")])
+    assert exited.value.code == 2
+    assert "not a directory" in capsys.readouterr().err
