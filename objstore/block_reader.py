@@ -27,14 +27,14 @@ order, since a session's messages are written, and sealed, in order. While each
 block holds exactly the next messages (one hex of its table compared with the
 context's next ids joined), its parsed array is taken as it is; a repeated
 message (held once) is spliced in as a copy at its later places, found by
-comparing the context's ids with its distinct ones a window at a time. The ids are
-taken to be distinct until a block is not the next; only then are they counted (a set
-of them, 0.15 ms for 3,000 fresh ids), so a context with no repeat hashes none: on the
-bench's 3,000 messages made distinct, 0.08-0.15 ms less CPU of 6.2-6.8 (in-process,
-4 x 200-300 interleaved pairs, load 0.5-0.8); the bench's own context, whose first
-repeat is in its first block, counts them there, as it did at the start (0.00-0.08 ms
-more, within the noise). The first
-block that is not next, and everything after it, goes by id: one dictionary of
+comparing the context's ids with its distinct ones by identity (``_repeated_places``).
+The ids are taken to be distinct until a block is not the next; only then are they
+counted (a set of them, 0.15 ms for 3,000 fresh ids), so a context with no repeat
+hashes none: on the bench's 3,000 messages made distinct, 0.08-0.15 ms less CPU of
+6.2-6.8 (in-process, 4 x 200-300 interleaved pairs, load 0.5-0.8); the bench's own
+context, whose first repeat is in its first block, counts them there, as it did at the
+start (0.00-0.08 ms more, within the noise). The first block that is not next, and
+everything after it, goes by id: one dictionary of
 the ids' first places, and the values put in the context's order through it
 (built only then: dictionaries of the 3,000 ids, their first places and a lookup
 for each took 0.55 ms, a twelfth of the read). Beside a live writer the sealed
@@ -791,27 +791,29 @@ class _Fill:
 def _repeated_places(oids: list[str], firsts: list[str]) -> list[int]:
     """The places of ``oids`` that hold an id met at an earlier place, in order, given
     ``firsts``, its distinct ids by first place (the same str objects, as
-    ``dict.fromkeys`` keeps them): the two lists are compared _WINDOW places at a
-    time by identity, in C, so the cost is a step for each window and each repeat,
-    not a lookup for each place."""
+    ``dict.fromkeys`` keeps them): the two lists are compared by identity, in C, from
+    one repeat to the next, each through an iterator set back to its place after a
+    repeat (no slices), so the cost is a step for each place and a few for each
+    repeat, not a lookup for each place. (Windows of 64 places, sliced, took 100-107
+    us for 3,000 ids with 87 repeats; these iterators 71-78.)"""
     places: list[int] = []
+    # Any: a list iterator takes its place by __setstate__, which typeshed leaves out
+    rest: Any = iter(oids)
+    ahead: Any = iter(firsts)
     i = f = 0
-    n = len(oids)
+    n, m = len(oids), len(firsts)
     while i < n:
-        here, there = oids[i : i + _WINDOW], firsts[f : f + _WINDOW]
-        j = next(compress(count(i), map(is_not, here, there)), None)
-        if j is None:
-            if len(there) == len(here):
-                i, f = i + len(here), f + len(here)
-                continue
-            j = i + len(there)  # firsts has ended: every place left is a repeat
+        j = next(compress(count(i), map(is_not, rest, ahead)), None)
+        if j is None:  # firsts has ended (every place left is a repeat), or both have
+            j = i + m - f
+            if j >= n:
+                break
+            rest.__setstate__(j + 1)  # map took place j before it found firsts ended
         places.append(j)
-        f += j - i
+        f += j - i  # ahead took firsts[f] to compare with place j: set it back
         i = j + 1
+        ahead.__setstate__(f)
     return places
-
-
-_WINDOW: Final = 64
 
 
 def _copied(value: Any) -> Any:
