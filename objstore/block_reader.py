@@ -49,7 +49,17 @@ holding the cycle collector off during the read (9 collections of 15-100 us
 each, but the one after it does their work; again with the runs: 7.70-8.26 ms against
 7.66-7.79); one dictionary of the ids' first places for the repeats, in place of the
 set, ``dict.fromkeys`` and ``_repeated_places`` (0.35 ms against 0.32 for the bench's
-3,000 ids, 87 of them repeats).
+3,000 ids, 87 of them repeats; again later, with the places spliced as ``_placed``
+does: 0.49-0.55 ms against 0.53-0.59, no clear gain: each way touches every id about
+three times through a hash table). Costed and not built: finding the repeats with no
+hash of the ids at all (each block's hex ids against the context's next ids in C, a
+mismatch taken for a repeat, its first place found through the index): 5-6 us of hex
+ids for each of the ~25 blocks that hold a repeat, about 1.5 us for each of the 87
+mismatches and 2.3 us of index search for each of the 38 distinct repeated ids, about
+0.4 ms, what hashing costs. Comparing raw ids (``bytes.fromhex`` of the context's
+joined ids once, 53 us, then a slice per block, against 2.9 us for each block's
+``hex``): 28 us net, left because ``fromhex`` takes upper case and white space, so an
+id the hex compare refuses could match.
 
 A context read walks its nodes a run at a time (``message_run``): a session's nodes
 sit in their blocks in the order they were written, its span nodes in blocks of their
