@@ -27,8 +27,14 @@ order, since a session's messages are written, and sealed, in order. While each
 block holds exactly the next messages (one hex of its table compared with the
 context's next ids joined), its parsed array is taken as it is; a repeated
 message (held once) is spliced in as a copy at its later places, found by
-comparing the context's ids with its distinct ones a window at a time. The first
-block that is not next, and everything after it, goes by id: one dictionary of
+comparing the context's ids with its distinct ones by identity (``_repeated_places``).
+The ids are taken to be distinct until a block is not the next; only then are they
+counted (a set of them, 0.15 ms for 3,000 fresh ids), so a context with no repeat
+hashes none: on the bench's 3,000 messages made distinct, 0.08-0.15 ms less CPU of
+6.2-6.8 (in-process, 4 x 200-300 interleaved pairs, load 0.5-0.8); the bench's own
+context, whose first repeat is in its first block, counts them there, as it did at the
+start (0.00-0.08 ms more, within the noise). The first block that is not next, and
+everything after it, goes by id: one dictionary of
 the ids' first places, and the values put in the context's order through it
 (built only then: dictionaries of the 3,000 ids, their first places and a lookup
 for each took 0.55 ms, a twelfth of the read). Beside a live writer the sealed
@@ -43,7 +49,17 @@ holding the cycle collector off during the read (9 collections of 15-100 us
 each, but the one after it does their work; again with the runs: 7.70-8.26 ms against
 7.66-7.79); one dictionary of the ids' first places for the repeats, in place of the
 set, ``dict.fromkeys`` and ``_repeated_places`` (0.35 ms against 0.32 for the bench's
-3,000 ids, 87 of them repeats).
+3,000 ids, 87 of them repeats; again later, with the places spliced as ``_placed``
+does: 0.49-0.55 ms against 0.53-0.59, no clear gain: each way touches every id about
+three times through a hash table). Costed and not built: finding the repeats with no
+hash of the ids at all (each block's hex ids against the context's next ids in C, a
+mismatch taken for a repeat, its first place found through the index): 5-6 us of hex
+ids for each of the ~25 blocks that hold a repeat, about 1.5 us for each of the 87
+mismatches and 2.3 us of index search for each of the 38 distinct repeated ids, about
+0.4 ms, what hashing costs. Comparing raw ids (``bytes.fromhex`` of the context's
+joined ids once, 53 us, then a slice per block, against 2.9 us for each block's
+``hex``): 28 us net, left because ``fromhex`` takes upper case and white space, so an
+id the hex compare refuses could match.
 
 A context read walks its nodes a run at a time (``message_run``): a session's nodes
 sit in their blocks in the order they were written, its span nodes in blocks of their
@@ -577,7 +593,16 @@ class _Fill:
     id: each parsed once, and a blob that is in the context twice copied for each
     further place."""
 
-    __slots__ = ("_firsts", "_in_order", "_oids", "_ordered", "_to_walk", "_wanted", "found")
+    __slots__ = (
+        "_counted",
+        "_firsts",
+        "_in_order",
+        "_oids",
+        "_ordered",
+        "_to_walk",
+        "_wanted",
+        "found",
+    )
 
     def __init__(self, oids: list[str]) -> None:
         self._oids = oids
@@ -587,8 +612,11 @@ class _Fill:
         self._to_walk: list[str] = []
         # While blocks come in the context's order: the distinct ids by first place, and
         # the values of the first of them, parsed whole from their blocks (``found`` is
-        # empty until ``out_of_order``)
-        self._firsts = oids if len(set(oids)) == len(oids) else list(dict.fromkeys(oids))
+        # empty until ``out_of_order``). The ids are taken to be distinct until a block
+        # is not the next (``_count_repeats``): hashing them all to find out costs 0.15
+        # ms of the bench's 3,000, which a context with no repeat never needs.
+        self._firsts = oids
+        self._counted = False
         self._in_order: list[Any] = []
         self._ordered = True
 
@@ -618,7 +646,12 @@ class _Fill:
         (one hex of its table and one compare, no dictionary by id). False, with
         nothing taken, if they are not, or its array does not read as that."""
         done, n = len(self._in_order), len(table.lengths)
-        if table.kind != b"blob\0" or table.ids.hex() != "".join(self._firsts[done : done + n]):
+        if table.kind != b"blob\0":
+            return False
+        hexed = table.ids.hex()
+        if hexed != "".join(self._firsts[done : done + n]) and (
+            not self._count_repeats(done) or hexed != "".join(self._firsts[done : done + n])
+        ):
             return False
         try:
             values = orjson.loads(memoryview(content)[table.start :])
@@ -627,6 +660,25 @@ class _Fill:
         if type(values) is not list or len(values) != n:
             return False
         self._in_order += values
+        return True
+
+    def _count_repeats(self, done: int) -> bool:
+        """Once, at the first block that is not next while the ids are taken to be
+        distinct: whether some id repeats, the distinct ids now in ``_firsts`` (the
+        values taken so far, of the first ``done`` places, are theirs). False if none
+        repeats (the block is not next), or one repeats among the places taken (a
+        blob held by two blocks: each place has a value of its own, and
+        ``out_of_order`` puts them by id)."""
+        if self._counted:
+            return False
+        self._counted = True
+        oids = self._oids
+        if len(set(oids)) == len(oids):
+            return False
+        firsts = list(dict.fromkeys(oids))  # the same str objects, at their first places
+        if next(compress(count(), map(is_not, firsts[:done], oids[:done])), None) is not None:
+            return False
+        self._firsts = firsts
         return True
 
     def out_of_order(self) -> None:
@@ -749,27 +801,29 @@ class _Fill:
 def _repeated_places(oids: list[str], firsts: list[str]) -> list[int]:
     """The places of ``oids`` that hold an id met at an earlier place, in order, given
     ``firsts``, its distinct ids by first place (the same str objects, as
-    ``dict.fromkeys`` keeps them): the two lists are compared _WINDOW places at a
-    time by identity, in C, so the cost is a step for each window and each repeat,
-    not a lookup for each place."""
+    ``dict.fromkeys`` keeps them): the two lists are compared by identity, in C, from
+    one repeat to the next, each through an iterator set back to its place after a
+    repeat (no slices), so the cost is a step for each place and a few for each
+    repeat, not a lookup for each place. (Windows of 64 places, sliced, took 100-107
+    us for 3,000 ids with 87 repeats; these iterators 71-78.)"""
     places: list[int] = []
+    # Any: a list iterator takes its place by __setstate__, which typeshed leaves out
+    rest: Any = iter(oids)
+    ahead: Any = iter(firsts)
     i = f = 0
-    n = len(oids)
+    n, m = len(oids), len(firsts)
     while i < n:
-        here, there = oids[i : i + _WINDOW], firsts[f : f + _WINDOW]
-        j = next(compress(count(i), map(is_not, here, there)), None)
-        if j is None:
-            if len(there) == len(here):
-                i, f = i + len(here), f + len(here)
-                continue
-            j = i + len(there)  # firsts has ended: every place left is a repeat
+        j = next(compress(count(i), map(is_not, rest, ahead)), None)
+        if j is None:  # firsts has ended (every place left is a repeat), or both have
+            j = i + m - f
+            if j >= n:
+                break
+            rest.__setstate__(j + 1)  # map took place j before it found firsts ended
         places.append(j)
-        f += j - i
+        f += j - i  # ahead took firsts[f] to compare with place j: set it back
         i = j + 1
+        ahead.__setstate__(f)
     return places
-
-
-_WINDOW: Final = 64
 
 
 def _copied(value: Any) -> Any:

@@ -340,10 +340,12 @@ class ObjectStore:
         """The sealed pack that holds ``oid`` in a block, and where (``SealedPack.in_block``);
         None at once for an object in a pack being written (``get`` reads those first),
         so the newest messages beside a live writer cost no search of every index."""
-        if any(oid in w.index for w in self._own_packs()) or any(
-            p.holds(oid) for p in self._open.values()
+        if (self._writer is not None or self._seal is not None or self._open) and (
+            any(oid in w.index for w in self._own_packs())
+            or any(p.holds(oid) for p in self._open.values())
         ):
-            return None
+            return None  # (a reader with no pack being written looks at none: a context
+            # read asks once for each block)
         # The pack of the last hit first: a context's messages sit in a few packs, in
         # runs (a lookup that misses costs a search of that pack's index).
         last = self._last_in_block

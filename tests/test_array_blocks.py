@@ -9,8 +9,10 @@ entry layout's encoder, as an ags of version 4 did.
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,11 @@ import blake3
 import pytest
 
 import objstore.block_reader
+import objstore.object_store
 import objstore.packs
-from objstore import ObjectError, Store
+from objstore import ObjectError, Store, canonical
 from objstore.fsck import check_store
+from objstore.objects import object_id
 from objstore.pack_format import (
     ARRAY_HEAD,
     ARRAY_MARK,
@@ -70,6 +74,10 @@ def entry_layout_payload(
     )
     frame = objstore.packs._block_compressor().compress(content)
     return content, encode_claim(frame, int(exact))
+
+
+def blob_id(value: Any) -> str:
+    return object_id("blob", canonical.dumps(value))
 
 
 def blocks(path: Path) -> list[tuple[int, bytes, bytes]]:
@@ -252,6 +260,69 @@ def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
         assert len({id(context[i]) for i in places}) == len(places) > 1
     context[6]["content"] = "changed"  # long[5] at its first place
     assert context[101] == context[102] == long[5]  # copies, not the same dict
+
+
+def test_a_context_with_no_repeat_is_read_in_order_without_counting_its_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its ids are taken to be distinct while every block is the next: no set of them
+    is made (``_count_repeats``), and the context is the one the read by id gives. A
+    context with a repeat counts them once, at the first block that is not next."""
+    long = [{"role": "user", "content": f"{i} " + "v" * 1500} for i in range(300)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in long:
+            s.append(sid, message)
+        other = s.new_session()
+        for message in [*long[:150], long[7], *long[150:]]:
+            s.append(other, message)
+    counted: list[int] = []
+    count_repeats = objstore.block_reader._Fill._count_repeats
+
+    def counting(fill: Any, done: int) -> bool:
+        counted.append(done)
+        return count_repeats(fill, done)
+
+    with Store.open(tmp_path / "s") as s:
+        with monkeypatch.context() as m:
+            m.setattr(objstore.block_reader._Fill, "_count_repeats", counting)
+            assert s.context(sid) == long
+            assert counted == []
+            context = s.context(other)
+            assert len(counted) == 1  # once, at the block that holds the repeat
+        with monkeypatch.context() as m:
+            m.setattr(objstore.block_reader._Fill, "take_in_order", lambda *a: False)
+            assert s.context(other) == context == [*long[:150], long[7], *long[150:]]
+    assert context[7] is not context[150]
+
+
+def test_a_blob_two_blocks_hold_gets_a_value_at_each_place(tmp_path: Path) -> None:
+    """A message written again as a fresh copy (its only copy was sealed more than
+    FRESHEN_AFTER ago) is in two blocks: read in order, each of its places takes the
+    value of its own block, and a repeat after them, which no block holds again, sends
+    the read by id (the places taken so far hold an id twice): the same context."""
+    long = [{"role": "user", "content": f"{i} " + "w" * 1500} for i in range(260)]
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in long[:130]:
+            s.append(sid, message)
+    old = time.time() - 2 * objstore.object_store.FRESHEN_AFTER
+    for path in (tmp_path / "s" / "objects" / "pack").iterdir():
+        os.utime(path, (old, old))
+    # long[4] freshened, in the middle of a block; long[200] deduplicated
+    newer = [*long[130:140], long[4], *long[140:], long[200]]
+    with Store.open(tmp_path / "s") as s:
+        for message in newer:
+            s.append(sid, message)
+    holding = [
+        c for _, _, c in blocks(tmp_path / "s")
+        if is_array_block(c) and bytes.fromhex(blob_id(long[4])) in array_table(c).ids
+    ]  # fmt: skip
+    assert len(holding) == 2
+    with Store.open(tmp_path / "s") as s:
+        context = s.context(sid)
+    assert context == long[:130] + newer
+    assert context[4] is not context[140] and context[201] is not context[-1]
 
 
 @pytest.mark.parametrize("seed", range(40))
