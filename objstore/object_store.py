@@ -48,7 +48,7 @@ from .errors import (
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
-from .objects import LIVE_LEVEL
+from .objects import LIVE_LEVEL, LIVE_RAW_BYTES
 from .pack_format import RECORD_HEAD, block_piece
 from .packs import (
     MAX_PACK_BYTES,
@@ -537,7 +537,10 @@ class ObjectStore:
                 self._sync_relied_on()  # a loose write is durable when it returns
             return oid  # compressed only if new
         if pack:
-            stored = objects.stored_content(kind, content, LIVE_LEVEL)
+            if len(content) <= LIVE_RAW_BYTES:
+                stored = objects.stored_raw(kind, content)
+            else:
+                stored = objects.stored_content(kind, content, LIVE_LEVEL)
             self._pack_writer().add_object(oid, stored, content, exact)
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))

@@ -198,7 +198,7 @@ class PackWriter:
         self.exact: set[str] = set()  # of those, JSON orjson wrote (``block_payload``)
         self._kept = 0
         self._dir_synced = False
-        self._fsyncs = SharedFsync()  # one at a time, covering what came before it
+        self._fsyncs = SharedFsync()  # each covering what came before it, two at a time
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
@@ -344,16 +344,14 @@ class PackWriter:
         it began."""
         wanted = self._in_file  # held records are the caller's to flush first
         if self._fsyncs.synced < wanted:
-            self._fsyncs.cover(wanted, self._fsync_now)
+            self._fsyncs.cover(wanted, wanted, self._fsync_now)
 
-    def _fsync_now(self) -> int:
-        """One fsync (and of the directory, the first time); the end of what it covered."""
-        end = self._in_file  # every write up to here has returned
+    def _fsync_now(self) -> None:
+        """One fsync (and of the directory, the first time)."""
         os.fsync(self._fd)
         if not self._dir_synced:
             fsync_dir(self.path.parent)
             self._dir_synced = True
-        return end
 
     def hold(self) -> None:
         """Keep the pack open while this thread syncs it outside its turn."""

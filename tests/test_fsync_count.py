@@ -79,10 +79,10 @@ def test_a_batch_syncs_at_its_end_whatever_it_holds(tmp_path: Path, fsyncs: list
 
 
 def test_eight_threads_share_fsyncs_and_each_append_returns_durable(tmp_path: Path) -> None:
-    """Group commit: while one fsync runs the other threads write, and the next fsync
-    covers them all. Each fsync is made slow here so that the sharing does not
-    depend on the machine; each append must still return only after an fsync that
-    began once its records were in the pack."""
+    """Group commit: while fsyncs run (two at most, shared_fsync.py) the other threads
+    write, and the next fsync covers them all. Each fsync is made slow here so that
+    the sharing does not depend on the machine; each append must still return only
+    after an fsync that began once its records were in the pack."""
     real = os.fsync
     lock = threading.Lock()
     durable: dict[int, int] = {}  # pack fd -> bytes an fsync that has returned covered
@@ -126,7 +126,7 @@ def test_eight_threads_share_fsyncs_and_each_append_returns_durable(tmp_path: Pa
             os.fsync = real
         assert late == [], f"{len(late)} appends returned before an fsync covered them"
         appends = 8 * per_thread
-        assert count[0] <= appends // 3, f"{count[0]} fsyncs for {appends} appends"
+        assert count[0] <= appends // 2, f"{count[0]} fsyncs for {appends} appends"
     with Store.open(tmp_path / "store") as store:
         assert all(store.session(sid).messages == per_thread + 1 for sid in sids)
 

@@ -22,6 +22,7 @@ from agent.importers import import_sessions
 from agent.openai_compat import openai_wire_message
 from cli.main import cli
 from objstore import Store
+from objstore.packs import MAX_KEPT_CONTENT
 
 FIXTURES = Path(__file__).with_name("fixtures")
 APP = "-home-ana-app/11111111-1111-4111-8111-111111111111.jsonl"
@@ -375,7 +376,12 @@ def test_huge_tool_output_and_memory_bounded_by_the_largest_record(tmp_path: Pat
     assert size > 30_000_000
     # A record is held in a few forms at once (its line, the parsed value, the message,
     # its canonical bytes), so a few times the largest; the file's size does not count.
-    assert peak < 12 * 1_000_000 + 3_000_000, f"peak {peak} for a file of {size}"
+    # A pack sealed while the import runs adds the content kept of its objects and of
+    # the next pack's (MAX_KEPT_CONTENT each, at most): a seal falls in this file since
+    # live packs take small objects raw (20.1 MB); before, 14.3 MB here, where files of
+    # 37 and 46 MB, with a seal, took 19.8 and 20.3.
+    limit = 12 * 1_000_000 + 3_000_000 + 2 * MAX_KEPT_CONTENT
+    assert peak < limit, f"peak {peak} for a file of {size}"
 
 
 # -- Codex CLI ------------------------------------------------------------------------------

@@ -208,22 +208,21 @@ def _run_fsync(
     gate: threading.Event | None = None,
     fail: bool = False,
 ) -> threading.Thread:
-    """A thread that asks ``shared`` (a SharedFsync) to cover ``wanted`` bytes; if it
-    is the one to run the fsync, it notes ``name``, waits for ``gate`` and covers
-    up to ``end`` (or raises, with ``fail``)."""
+    """A thread that asks ``shared`` (a SharedFsync) to cover ``wanted`` bytes, with
+    ``end`` written; if it is the one to run an fsync, it notes ``name``, waits for
+    ``gate`` and returns (or raises, with ``fail``)."""
     errors: list[BaseException] = []
 
-    def fsync() -> int:
+    def fsync() -> None:
         ran.append(name)
         if gate is not None:
             gate.wait(30)
         if fail:
             raise OSError(errno.EIO, "fsync failed")
-        return end
 
     def work() -> None:
         try:
-            shared.cover(wanted, fsync)  # type: ignore[attr-defined]
+            shared.cover(wanted, end, fsync)  # type: ignore[attr-defined]
         except OSError as e:
             errors.append(e)
 
@@ -233,41 +232,51 @@ def _run_fsync(
     return thread
 
 
-def _waiting(shared: object, count: int) -> None:
+def _until(done: Callable[[], bool]) -> None:
     for _ in range(3000):
-        if len(shared._waiting) == count:  # type: ignore[attr-defined]
+        if done():
             return
         threading.Event().wait(0.01)
-    raise AssertionError("the waiters never queued")
+    raise AssertionError("never happened")
 
 
-def test_an_fsync_wakes_the_threads_it_covers_and_one_other_to_run_the_next() -> None:
-    from objstore.shared_fsync import SharedFsync
+def _waiting(shared: object, count: int) -> None:
+    _until(lambda: sum(len(r.waiters) for r in shared._running) == count)  # type: ignore[attr-defined]
 
+
+def test_an_fsync_covers_what_came_before_it_and_a_later_write_runs_its_own_beside_it() -> None:
+    from objstore.shared_fsync import OVERLAP, SharedFsync
+
+    assert OVERLAP == 2
     shared, ran, gate = SharedFsync(), [], threading.Event()
     first = _run_fsync(shared, 10, 10, ran, "first", gate)
-    while not ran:
-        threading.Event().wait(0.01)
-    covered = _run_fsync(shared, 8, 99, ran, "covered")  # written before the first began
-    later = [_run_fsync(shared, 20 + i, 30, ran, f"later {i}") for i in range(3)]
-    _waiting(shared, 4)
+    _until(lambda: ran == ["first"])
+    covered = _run_fsync(shared, 8, 10, ran, "covered")  # written before the first began
+    _waiting(shared, 1)
+    # Written after the first fsync began: an fsync of its own, at once, beside it.
+    later = _run_fsync(shared, 20, 30, ran, "later", gate)
+    _until(lambda: ran == ["first", "later"])
+    also = [_run_fsync(shared, 20 + i, 30, ran, f"also {i}") for i in range(3)]
+    # Two run and neither covers it: it waits for the newest, then runs its own.
+    third = _run_fsync(shared, 40, 40, ran, "third")
+    _waiting(shared, 5)
+    assert ran == ["first", "later"] and shared.synced == 0
+    assert all(t.is_alive() for t in [covered, *also, third])
     gate.set()
-    for thread in [first, covered, *later]:
+    for thread in [first, covered, later, *also, third]:
         thread.join(30)
         assert not thread.is_alive()
-    # The first fsync covered one waiter; one of the three written after it ran the
-    # next fsync, which covered the other two: two fsyncs for five threads.
-    assert ran[0] == "first" and len(ran) == 2 and ran[1].startswith("later")
-    assert shared.synced == 30
+    # Three fsyncs for seven threads: each waiter was covered by one begun after its write.
+    assert ran == ["first", "later", "third"]
+    assert shared.synced == 40
 
 
-def test_a_failed_fsync_is_raised_by_its_thread_and_the_next_waiter_runs_another() -> None:
+def test_a_failed_fsync_is_raised_by_its_thread_and_its_waiter_runs_another() -> None:
     from objstore.shared_fsync import SharedFsync
 
     shared, ran, gate = SharedFsync(), [], threading.Event()
     failing = _run_fsync(shared, 10, 10, ran, "failing", gate, fail=True)
-    while not ran:
-        threading.Event().wait(0.01)
+    _until(lambda: ran == ["failing"])
     waiting = _run_fsync(shared, 5, 10, ran, "waiting")
     _waiting(shared, 1)
     gate.set()
