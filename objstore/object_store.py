@@ -78,8 +78,9 @@ the pack and one of its index, each of which keeps one), so a writer that never
 merged, sealing a pack every ~500 appends, met the usual limit of 1,024 open files
 (EMFILE) after about 250,000 appends, and each lookup that misses searches every
 pack. A merge copies its packs' objects again: one thread appending 80,000 messages
-(no fsync) spent about 90 us of CPU per append with 64 here, about 110 with 32, 140
-with 8, and 85 growing to 95 with no merge at all (147 packs by then)."""
+(no fsync; one run each, beside other work) spent about 90-100 us of CPU per append
+with 64 here, 110 with 32, 140 with 8, and without merging 77 growing to 95 with
+the packs (147 by then; under a limit of 200 open files, EMFILE at 92)."""
 MERGE_BESIDE_APPENDS_MAX: Final = 64 * MAX_PACK_BYTES
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
 MIN_GRACE: Final = 2 * FRESHEN_AFTER
