@@ -11,14 +11,12 @@ from __future__ import annotations
 import errno
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from killed_child import run_and_kill
 
 from objstore import Store, object_store, packs
 
@@ -47,10 +45,6 @@ def unsealed(path: Path) -> list[Path]:
     return [p for p in packs if not p.with_suffix(".idx").exists()]
 
 
-def read_lines(child: subprocess.Popen[str], into: list[str]) -> None:
-    into.extend(child.stdout or [])
-
-
 def test_a_kill_beside_a_background_seal_loses_no_acknowledged_append(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with Store.open(path) as store:
@@ -60,27 +54,11 @@ def test_a_kill_beside_a_background_seal_loses_no_acknowledged_append(tmp_path: 
     two_live = 0  # kills that left a pack being sealed beside the live one
     start = 0
     for _ in range(6):
-        child = subprocess.Popen(
-            [sys.executable, "-c", APPENDER, str(path), ",".join(sids), str(start)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        lines: list[str] = []
-        reader = threading.Thread(target=read_lines, args=(child, lines), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + 30
-        while len(lines) < 40 and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert child.poll() is None, child.stderr.read() if child.stderr else ""
-        time.sleep(rng.uniform(0.0, 0.3))
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(30)
-        reader.join(30)
-        if child.stderr is not None:
-            child.stderr.close()
+        lines = run_and_kill(
+            APPENDER, [str(path), ",".join(sids), str(start)], rng, after=40, within=0.3
+        )
         two_live += len(unsealed(path)) >= 2
         for line in lines:
-            if not line.endswith("\n"):
-                continue  # torn by the kill: never acknowledged
             t, i, node = line.split()
             acknowledged[sids[int(t)]].append(node)
             start = max(start, int(i) + 1)
