@@ -63,24 +63,28 @@ from .packs import (
     verified_block_pack,
 )
 from .refs import journaled_generation
-from .repack import packs_to_merge
+from .repack import MAX_PACKS, packs_to_merge
 from .sealing import BackgroundSeal
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
-MERGE_BESIDE_AFTER: Final = 64
+MERGE_BESIDE_AFTER: Final = MAX_PACKS
 """A writer whose store holds more sealed packs of up to MERGE_BESIDE_APPENDS_MAX than
 this merges them while it appends, in its seal's thread after a seal
-(``_merge_to_start``: the packs repack.py chooses); ``repack`` merges the rest when a
-handle closes. Every pack a handle reads holds two file descriptors (a mapping of
-the pack and one of its index, each of which keeps one), so a writer that never
-merged, sealing a pack every ~500 appends, met the usual limit of 1,024 open files
-(EMFILE) after about 250,000 appends, and each lookup that misses searches every
-pack. A merge copies its packs' objects again: one thread appending 80,000 messages
-(no fsync; one run each, beside other work) spent about 90-100 us of CPU per append
-with 64 here, 110 with 32, 140 with 8, and without merging 77 growing to 95 with
-the packs (147 by then; under a limit of 200 open files, EMFILE at 92)."""
+(``_merge_to_start``: the packs repack.py chooses, as a handle's close does); bigger
+ones are merged by ``repack`` when a handle closes. Why not only at the close:
+every pack a handle reads holds two file descriptors (a mapping of the pack and one
+of its index, each of which keeps one), so a writer that never closed, sealing a
+pack every ~500 appends, met the usual limit of 1,024 open files (EMFILE) after
+about 250,000 appends (under a limit of 200: at 92 packs); and every reader beside
+it paid for its packs: opening the store maps each, and a lookup that misses
+searches each (the live-reader bench row, 6,200 messages in 12 packs: 1.43-1.53x
+the read once the writer closed, 1.27-1.32x with these merges; with 64 here, as
+first tried, no merge came in that row). The cost is the writer's: a merge copies
+its packs' objects again, each about log2(packs) times over a long run, in a thread
+beside the appends: one thread appending 40,000 messages with no fsync spent 217-223
+us of CPU per append in all, against 135-146 with 64 here (one run each, quiet)."""
 MERGE_BESIDE_APPENDS_MAX: Final = 64 * MAX_PACK_BYTES
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
 MIN_GRACE: Final = 2 * FRESHEN_AFTER
