@@ -692,7 +692,14 @@ class ObjectStore:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise
         merging = self._merging = self._merge_to_start()
-        self._seal = BackgroundSeal(w, partial(self._seal_and_merge, merging))
+        try:
+            self._seal = BackgroundSeal(w, partial(self._seal_and_merge, merging))
+        except BaseException:  # no thread: the pack is recovered as after a crash
+            self._merging = None
+            if merging is not None:
+                merging.lock.release()
+            w.release()
+            raise
 
     def _merge_to_start(self) -> _MergeBeside | None:
         """The sealed packs of up to MERGE_BESIDE_APPENDS_MAX that repack.py would merge,
@@ -711,22 +718,28 @@ class ObjectStore:
         """In the seal's thread: seal ``w``, then merge ``merging``'s packs into one and
         delete them (the files only: the handle lets go of them in ``_finish_seal``, in
         its turn; until then it reads them through their mappings, valid after the
-        files are gone). A merge that fails leaves the packs as they were: it is
-        ``repack``'s work, done later, not part of any append's."""
-        path = self._sealed_pack(w)
-        if merging is not None:
-            try:
-                merged = self._merge(merging.packs)
-                self._delete_packs(merging.packs)
-                merging.merged = merged.path
-            except Exception as e:  # noqa: BLE001 - a full disk, say: the packs stay, and read
-                warnings.warn(
-                    StoreWarning(f"merging packs beside the appends failed ({e}); left to repack"),
-                    stacklevel=1,
-                )
-            finally:
+        files are gone). ``locks/repack`` is let go of whatever happens."""
+        try:
+            path = self._sealed_pack(w)
+            if merging is not None:
+                self._merge_beside(merging)
+            return path
+        finally:
+            if merging is not None:
                 merging.lock.release()
-        return path
+
+    def _merge_beside(self, merging: _MergeBeside) -> None:
+        """Merge and delete ``merging``'s packs. One that fails leaves them as they were:
+        it is ``repack``'s work, done later, not part of any append's."""
+        try:
+            merged = self._merge(merging.packs)
+            self._delete_packs(merging.packs)
+            merging.merged = merged.path
+        except Exception as e:  # noqa: BLE001 - a full disk, say: the packs stay, and read
+            warnings.warn(
+                StoreWarning(f"merging packs beside the appends failed ({e}); left to repack"),
+                stacklevel=1,
+            )
 
     def _finish_seal(self) -> None:
         """Wait for the background seal, if any; take in the block pack it wrote and

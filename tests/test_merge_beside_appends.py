@@ -15,6 +15,7 @@ from killed_child import run_and_kill
 
 from objstore import Store, object_store
 from objstore.errors import StoreWarning
+from objstore.files import FileLock
 from objstore.fsck import check_store
 
 
@@ -165,3 +166,30 @@ def test_a_kill_beside_the_merges_loses_no_acknowledged_append(tmp_path: Path) -
     assert merges >= 6, "the appender merged next to none of its packs"
     with Store.open(path) as store:
         assert check_store(store).ok
+
+
+@pytest.mark.usefixtures("small_packs")
+def test_a_seal_that_fails_before_its_merge_lets_go_of_the_repack_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session()
+        append_many(store, [sid], 1500)  # packs enough that a merge comes with each seal
+        real = object_store.ObjectStore._sealed_pack
+        failed = threading.Event()
+
+        def failing(self: object, w: object) -> Path:
+            if store.objects._merging is not None and not failed.is_set():
+                failed.set()
+                raise OSError(28, "No space left on device")
+            return real(self, w)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(object_store.ObjectStore, "_sealed_pack", failing)
+        with pytest.raises(OSError, match="No space left"):
+            for _ in range(2000):  # until the next seal fails and an append hears of it
+                append_many(store, [sid], 1)
+        assert failed.is_set()
+        lock = FileLock(path / "locks" / "repack")
+        assert lock.acquire(blocking=False), "the failed seal kept the repack lock"
+        lock.release()
