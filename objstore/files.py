@@ -126,7 +126,7 @@ def make_dirs(path: StrPath, *, durable: bool = True) -> None:
         fsync_dir(os.path.dirname(path))
 
 
-def write_all(fd: int, data: bytes, offset: int) -> None:
+def write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
     """Write all of ``data`` at ``offset`` of the file (``pwrite`` may write less)."""
     view = memoryview(data)
     while view:
@@ -144,10 +144,10 @@ def write_new(tmp_dir: StrPath, data: Data, *, durable: bool = True) -> str:
         make_dirs(tmp_dir)
         fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
+        written = 0
         for piece in [data] if isinstance(data, bytes | bytearray) else data:
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, piece, written)
+            written += len(piece)
         if durable:
             os.fsync(fd)
         elif _START_WRITEBACK is not None:

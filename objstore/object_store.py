@@ -63,29 +63,28 @@ from .packs import (
     verified_block_pack,
 )
 from .refs import journaled_generation
-from .repack import MAX_PACKS, packs_to_merge
+from .repack import packs_to_merge
 from .sealing import BackgroundSeal
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
-MERGE_BESIDE_AFTER: Final = MAX_PACKS
-"""A writer whose store holds more sealed packs of up to MERGE_BESIDE_APPENDS_MAX than
-this merges them while it appends, in its seal's thread after a seal
-(``_merge_to_start``: the packs repack.py chooses, as a handle's close does); bigger
-ones are merged by ``repack`` when a handle closes. Why not only at the close:
-every pack a handle reads holds two file descriptors (a mapping of the pack and one
-of its index, each of which keeps one), so a writer that never closed, sealing a
-pack every ~500 appends, met the usual limit of 1,024 open files (EMFILE) after
-about 250,000 appends (under a limit of 200: at 92 packs); and every reader beside
-it paid for its packs: opening the store maps each, and a lookup that misses
-searches each (the live-reader bench row, 6,200 messages in 12 packs: 1.43-1.53x
-the read once the writer closed, 1.27-1.32x with these merges; with 64 here, as
-first tried, no merge came in that row). The cost is the writer's: a merge copies
-its packs' objects again, each about log2(packs) times over a long run, in a thread
-beside the appends: one thread appending 40,000 messages with no fsync spent 217-223
-us of CPU per append in all, against 135-146 with 64 here (one run each, quiet)."""
 MERGE_BESIDE_APPENDS_MAX: Final = 64 * MAX_PACK_BYTES
+"""A writer merges its store's sealed packs up to this size while it appends, when
+repack.py would merge them (more than MAX_PACKS of them), in its seal's thread after
+a seal (``_merge_to_start``); bigger ones are merged by ``repack`` when a handle
+closes. Why not only at the close: every pack a handle reads holds two file
+descriptors (a mapping of the pack and one of its index, each of which keeps one),
+so a writer that never closed, sealing a pack every ~500 appends, met the usual
+limit of 1,024 open files (EMFILE) after about 250,000 appends (under a limit of
+200: at 92 packs); and every reader beside it paid for its packs: opening the store
+maps each, and a lookup that misses searches each (the live-reader bench row, 6,200
+messages in 12 packs: 1.43-1.53x the read once the writer closed, 1.27-1.32x with
+these merges; merging only past 64 packs, as first tried, none came in that row).
+The cost is the writer's: a merge copies its packs' objects again, each about
+log2(packs) times over a long run, in a thread beside the appends: one thread
+appending 40,000 messages with no fsync spent 217-223 us of CPU per append in all,
+against 135-146 merging only past 64 packs (one run each, quiet)."""
 # gc's grace period: FRESHEN_AFTER plus far more than any one append takes (see sweep).
 MIN_GRACE: Final = 2 * FRESHEN_AFTER
 RECORD_OVERHEAD: Final = RECORD_HEAD.size
@@ -706,7 +705,7 @@ class ObjectStore:
         with ``locks/repack`` taken for them; None if there are too few, or another
         process is repacking (it merges them, or the next seal looks again)."""
         small = [p for p in self._sealed.values() if p.size <= MERGE_BESIDE_APPENDS_MAX]
-        chosen = packs_to_merge([p.size for p in small]) if len(small) > MERGE_BESIDE_AFTER else []
+        chosen = packs_to_merge([p.size for p in small])
         if not chosen:
             return None
         lock = FileLock(self._repack_lock)

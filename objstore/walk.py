@@ -38,7 +38,12 @@ def walk(head: str | None, read: NodeReader, *, spans: bool = False) -> Iterator
         if node is None:
             return
         yield node
-        at = node.span.after if spans and node.span is not None else node.parent
+        at = _next(node, spans)
+
+
+def _next(node: Node, spans: bool) -> str | None:
+    """Where a walk goes from ``node``: its span's start with ``spans``, else its parent."""
+    return node.span.after if spans and node.span is not None else node.parent
 
 
 def context_blobs(head: str | None, read: NodeReader, runs: RunReader | None = None) -> list[str]:
@@ -68,10 +73,9 @@ def context_blobs(head: str | None, read: NodeReader, runs: RunReader | None = N
             break
         if node.span is not None:
             newest_first += reversed(node.span.messages)
-            at = node.span.after
         else:
             newest_first.append(node.content)
-            at = node.parent
+        at = _next(node, spans=True)
     front = []
     if compaction is not None:
         front = [compaction.content, *(_read(read, k).content for k in compaction.kept)]

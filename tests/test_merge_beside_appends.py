@@ -36,7 +36,6 @@ def append_many(store: Store, sids: list[str], n: int) -> dict[str, list[Any]]:
 @pytest.fixture
 def small_packs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(object_store, "MAX_PACK_BYTES", 4096)  # a seal every few appends
-    monkeypatch.setattr(object_store, "MERGE_BESIDE_AFTER", 4)
 
 
 def count_seals(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -123,9 +122,9 @@ def test_a_merge_that_fails_leaves_the_packs_and_the_appends_go_on(
 
 MERGING_APPENDER = r"""
 import sys
-from objstore import Store, object_store
+from objstore import Store, object_store, repack
 object_store.MAX_PACK_BYTES = 4096  # a seal every few appends
-object_store.MERGE_BESIDE_AFTER = 2  # and a merge after most of them
+repack.MAX_PACKS = 2  # and a merge after most of them
 real = object_store.ObjectStore._delete_packs
 def deleting(self, packs):
     sys.stdout.write(f"merged {len(packs)}\n")
