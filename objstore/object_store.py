@@ -998,7 +998,7 @@ class ObjectStore:
             except CorruptObject:
                 damaged.setdefault(oid, stored)  # unless a good copy turns up
                 return
-            merged.add_content(oid, kind.encode("ascii") + b"\0" + body)
+            merged.add_content(oid, kind.encode("ascii") + b"\0" + body, new=True)
 
         try:
             # Oldest first: what was written together stays together (a context's
@@ -1020,7 +1020,7 @@ class ObjectStore:
                         except CorruptObject:
                             damaged.setdefault(oid, objects.stored_as_is(piece))
                             continue
-                        merged.add_content(oid, piece)
+                        merged.add_content(oid, piece, new=True)  # wanted: not in it
                 if progress:
                     progress(i + 1, len(packs))
             for oid, path in extra or []:
