@@ -17,7 +17,8 @@ never repeats for a name, deletion included.
 
 Every update goes through ``RefStore.transact``, the one way to change a ref:
 
-1. take the ref's lock (an ``flock`` on one of 256 striped lock files);
+1. take the ref's lock (an ``flock`` on one of 256 striped lock files; one a
+   handle's threads keep while they append, ``_Stripe``);
 2. read the current value and let the caller's ``change`` decide the new one
    (a compare-and-swap raises ``RefConflict`` there);
 3. write the new file into ``tmp/`` and fsync it;
@@ -42,13 +43,14 @@ whatever a journal says: creation and deletion are never journaled.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -67,6 +69,10 @@ LOCK_STRIPES: Final = 256
 OPEN_STRIPES: Final = 16  # stripe lock files a handle keeps open between updates
 OPEN_PINS: Final = 64  # ref files a handle keeps open between journaled updates
 OPEN_TURNS: Final = 256  # idle per-ref turns a handle keeps (``RefStore._forget``)
+MAX_LINGER: Final = 0.02
+"""Seconds a handle keeps a stripe's flock, taken once, while its threads go on
+updating refs (``_Stripe``): another process waiting for the stripe waits at most
+about this long more than it did."""
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -205,11 +211,13 @@ class RefRecord:
 
 @dataclass(frozen=True, slots=True)
 class _Pin:
-    """A ref file kept open: its descriptor, what ``lstat`` said of it, its record."""
+    """A ref file kept open: its descriptor, what ``lstat`` said of it, its record, and
+    the flock of its stripe it was read under (``_Stripe.taken``)."""
 
     fd: int
     key: tuple[int, int, int, int, int]
     record: RefRecord
+    taken: int
 
 
 def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -223,27 +231,49 @@ class _Staged:
     entries: list[ReflogEntry]
 
 
+_FLOCKS_TAKEN: Final = itertools.count(1)  # numbers the stripe flocks a process takes
+
+
 class _Stripe:
     """One stripe's lock file, shared by the threads of a handle: flocked from the
-    first of them taking it until the last lets go. ``holders`` (changed under the
-    store's guard) counts the threads using or waiting for it, ``inside`` (under
-    ``_mutex``) those holding it."""
+    first of them taking it until the last lets go, or (``leave(linger=True)``, while
+    other threads of the handle are updating refs) until the handle has no update
+    in progress, at most MAX_LINGER after the flock was taken. ``holders`` (changed
+    under the store's guard) counts the threads using or waiting for it, ``inside``
+    (under ``_mutex``) those holding it; ``taken`` counts the flocks taken, so that
+    a ref file read under the one still held cannot have been replaced by another
+    process since."""
 
     def __init__(self, path: Path) -> None:
         self.lock = files.FileLock(path)
         self.holders = 0
         self.inside = 0
+        self.taken = 0  # which flock (``_FLOCKS_TAKEN``) it holds, or last held
+        self.taken_at = 0.0
         self._mutex = threading.Lock()
 
     def enter(self) -> None:
         with self._mutex:  # the thread taking the flock makes the others wait for it
-            if not self.inside:
+            if not self.inside and not self.lock.held:
                 self.lock.acquire()
+                self.taken = next(_FLOCKS_TAKEN)
+                self.taken_at = time.monotonic()
             self.inside += 1
 
-    def leave(self) -> None:
+    def leave(self, *, linger: bool) -> bool:
+        """Let go; returns whether the flock lingers (held with no thread inside)."""
         with self._mutex:
             self.inside -= 1
+            if self.inside:
+                return False
+            if linger and time.monotonic() - self.taken_at < MAX_LINGER:
+                return True
+            self.lock.unlock()
+            return False
+
+    def end_linger(self) -> None:
+        """Unlock the flock if it lingers."""
+        with self._mutex:
             if not self.inside:
                 self.lock.unlock()
 
@@ -270,6 +300,8 @@ class RefStore:
         self._stripe_locks: dict[int, _Stripe] = {}
         self._ref_turns: dict[str, list[Any]] = {}
         self._pins: dict[str, _Pin] = {}  # ref files kept open (``_read_pinned``)
+        self._busy = 0  # updates between ``_take`` and ``_forget`` (under the guard)
+        self._lingering: set[_Stripe] = set()  # flocks kept for them (under the guard)
 
     # -- reading -------------------------------------------------------------
 
@@ -280,16 +312,17 @@ class RefStore:
         return f"{self._logs}/{check_ref_name(name)}"
 
     def read(
-        self, name: str, *, look_for_packs: bool = True, pinned: bool = False
+        self, name: str, *, look_for_packs: bool = True, pinned: _Stripe | None = None
     ) -> RefRecord | None:
         """The ref's value: a batch's staged one, else the newer of its file and its
         newest journaled update (module doc). ``look_for_packs=False`` takes the
-        journals of the packs this handle already knows only; ``pinned`` keeps the
-        file open to read it again by a stat (``_read_pinned``)."""
+        journals of the packs this handle already knows only; ``pinned``, the stripe
+        whose flock the caller holds, keeps the file open to read it again by a stat,
+        or by nothing while that flock is held (``_read_pinned``)."""
         if self._staged is not None and name in self._staged:
             return self._staged[name].record
         update = self.journaled(name, look_for_packs)  # before the file: see the module doc
-        record = self._read_pinned(name) if pinned else self._read_file(name)
+        record = self._read_file(name) if pinned is None else self._read_pinned(name, pinned)
         if record is None or update is None or journaled_generation(update) <= record.generation:
             return record
         body = update["body"]
@@ -318,7 +351,7 @@ class RefStore:
         except (ValueError, KeyError, TypeError):
             raise StoreFormatError(f"ref {name} is unreadable") from None
 
-    def _read_pinned(self, name: str) -> RefRecord | None:
+    def _read_pinned(self, name: str, stripe: _Stripe) -> RefRecord | None:
         """``_read_file``, for a ref this handle updates again and again (a session it
         journals appends to): the file is kept open after a read, and the next read
         is an ``lstat`` that finds the same file unless it was replaced.
@@ -327,16 +360,20 @@ class RefStore:
         writes one in place, so a replaced file is a new inode. The open file keeps
         its inode from being freed, so its number cannot come back for another
         file: the same inode number (and size and times) means the same file,
-        whatever the clock's granularity. A ref this handle moved elsewhere (a seal
-        writes its file) is read again the same way."""
+        whatever the clock's granularity. A file read under the flock ``stripe`` still
+        holds needs no stat: every writer of a ref file holds its stripe's flock, and
+        this handle unpins a ref whose file it writes (``_commit``)."""
+        pin = self._pins.get(name)
+        if pin is not None and pin.taken == stripe.taken:
+            return pin.record
         path = self.path(name)
         try:
             st = os.lstat(path)
         except OSError:
             st = None
-        pin = self._pins.get(name)
         if pin is not None and st is not None and pin.key == _stat_key(st):
-            self._pins[name] = self._pins.pop(name)  # most recently used last
+            del self._pins[name]  # most recently used last, read under this flock
+            self._pins[name] = replace(pin, taken=stripe.taken)
             return pin.record
         self._unpin(name)
         try:
@@ -354,7 +391,7 @@ class RefStore:
             raise
         if len(self._pins) >= OPEN_PINS:  # bound the open files: drop the oldest
             self._unpin(next(iter(self._pins)))
-        self._pins[name] = _Pin(fd, key, record)
+        self._pins[name] = _Pin(fd, key, record, stripe.taken)
         return record
 
     def _unpin(self, name: str) -> None:
@@ -471,6 +508,7 @@ class RefStore:
                         self._stripe_locks.pop(idle).lock.release()
             self._stripe_locks[number] = stripe  # most recently used last
             stripe.holders += 1  # kept open until let go
+            self._busy += 1
         try:
             turn[0].acquire()
             try:
@@ -484,9 +522,16 @@ class RefStore:
         return stripe, turn
 
     def _let_go(self, name: str, held: tuple[_Stripe, list[Any]]) -> None:
+        """Let go of the lock ``_take`` took. While other updates of this handle are in
+        progress (threads appending to their sessions), the stripe's flock lingers
+        (``_Stripe``), for the next update of a ref of the stripe to take without two
+        system calls, and without the stat of a pinned ref (``_read_pinned``): the
+        last update to end lets go of every lingering flock."""
         stripe, turn = held
         try:
-            stripe.leave()
+            if stripe.leave(linger=self._busy > 1):
+                with self._guard:
+                    self._lingering.add(stripe)
         finally:
             turn[0].release()
             self._forget(name, stripe, turn)
@@ -499,6 +544,23 @@ class RefStore:
             # again and again), up to OPEN_TURNS of them: not a lock made per append.
             if not turn[1] and len(self._ref_turns) > OPEN_TURNS:
                 del self._ref_turns[name]
+            self._busy -= 1
+            ending = self._ended_lingers()
+        for lingering in ending:
+            lingering.end_linger()
+
+    def _ended_lingers(self) -> list[_Stripe]:
+        """The lingering flocks to let go of now (under the guard): all of them when no
+        update is in progress, else those held MAX_LINGER or more."""
+        if not self._lingering:
+            return []
+        if self._busy:
+            now = time.monotonic()
+            ending = [s for s in self._lingering if now - s.taken_at >= MAX_LINGER]
+            self._lingering.difference_update(ending)
+            return ending
+        ending, self._lingering = list(self._lingering), set()
+        return ending
 
     def transact(
         self,
@@ -534,7 +596,9 @@ class RefStore:
             # changes only if another process updates the ref (a retitle): a stat
             # tells (``_read_pinned``).
             journaled = journal is not None and self._staged is None
-            current = self.read(name, look_for_packs=not journaled, pinned=journaled)
+            current = self.read(
+                name, look_for_packs=not journaled, pinned=held[0] if journaled else None
+            )
             body = change(current)
             if current is not None and body is current.body:
                 return current
@@ -604,7 +668,9 @@ class RefStore:
         *,
         durable: bool,
     ) -> None:
-        """Steps 4-5, with the lock held: log the update, then put the new file in place."""
+        """Steps 4-5, with the lock held: log the update, then put the new file in place
+        (a pin of the old one is let go: ``_read_pinned`` would not stat it)."""
+        self._unpin(name)
         path = self.path(name)
         try:
             if entries:
@@ -772,6 +838,7 @@ class RefStore:
         for name in list(self._pins):
             self._unpin(name)
         with self._guard:
+            self._lingering.clear()
             for number, stripe in list(self._stripe_locks.items()):
                 if not stripe.holders:
                     del self._stripe_locks[number]

@@ -1,0 +1,134 @@
+"""While threads of one handle append, a ref stripe's flock lingers between their
+updates (refs._Stripe): another process still gets it within MAX_LINGER or so,
+every retitle it makes is kept, the handle's own ref files are never read from a
+stale pin, and once the appends end no flock is left held."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from objstore import Store, files, refs
+from objstore.refs import LOCK_STRIPES, _stripe_number, session_ref, tag_ref
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+RETITLE = """
+import sys, time
+from objstore import Store
+waits = []
+with Store.open(sys.argv[1]) as s:
+    for i in range(int(sys.argv[2])):
+        for sid in sys.argv[3:]:
+            start = time.monotonic()
+            s.set_title(sid, f"title {i}")
+            waits.append(time.monotonic() - start)
+print(max(waits))
+"""
+
+
+def test_another_process_retitles_sessions_while_threads_append(tmp_path: Path) -> None:
+    """Eight threads append to eight sessions through one handle for as long as another
+    process retitles each of them 15 times: that process waits a bounded time for each
+    stripe (a flock kept until the appends stop would make it wait for ever, and the
+    appends with it), and every append after a retitle keeps the title."""
+    path = tmp_path / "store"
+    store = Store.open(path)
+    sids = [store.new_session(title="start") for _ in range(8)]
+    other = subprocess.Popen(
+        [sys.executable, "-c", RETITLE, str(path), "15", *sids],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    counts = [0] * 8
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        try:
+            while other.poll() is None:
+                store.append(sids[t], user(f"{t} {counts[t]}"))
+                counts[t] += 1
+        except BaseException as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        out, _ = other.communicate(timeout=120)
+    finally:
+        for thread in threads:
+            thread.join()
+    store.close()
+    assert not errors, errors
+    assert other.returncode == 0
+    assert float(out) < 2.0  # the longest wait for one retitle, in seconds
+    assert min(counts) > 0
+    with Store.open(path) as reader:
+        for sid, count in zip(sids, counts, strict=True):
+            info = reader.session(sid)
+            assert (info.title, info.messages) == ("title 14", count)
+
+
+def test_the_handles_own_retitle_between_lingering_appends_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ref file the handle itself replaces (a retitle, not journaled) while its
+    stripe's flock lingers is read again by the next append, not taken from the pin
+    the append before it left. Another update held in progress keeps the flocks
+    lingering, and MAX_LINGER is made long, so that they linger throughout."""
+    monkeypatch.setattr(refs, "MAX_LINGER", 600.0)
+    with Store.open(tmp_path / "store") as store:
+        sid = store.new_session()
+        holding, stop = threading.Event(), threading.Event()
+
+        def hold(current: refs.RefRecord | None) -> None:
+            holding.set()
+            stop.wait(60)
+            return None  # no tag before, none after: nothing written
+
+        holder = threading.Thread(target=store.refs.transact, args=(tag_ref("held"), "", hold))
+        holder.start()
+        holding.wait(60)
+        try:
+            for i in range(20):
+                store.append(sid, user(f"before {i}"))
+                store.set_title(sid, f"title {i}")
+                store.append(sid, user(f"after {i}"))
+                info = store.session(sid)
+                assert (info.title, info.messages) == (f"title {i}", 2 * i + 2)
+        finally:
+            stop.set()
+            holder.join()
+
+
+def test_no_flock_is_left_held_once_the_appends_end(tmp_path: Path) -> None:
+    """When the last update in progress ends, every lingering flock is let go, though
+    the handle stays open: another process can take each stripe at once."""
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sids = [store.new_session() for _ in range(8)]
+
+        def work(t: int) -> None:
+            for i in range(100):
+                store.append(sids[t], user(f"{t} {i}"))
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stripes = {_stripe_number(session_ref(sid)) for sid in sids}
+        assert all(0 <= n < LOCK_STRIPES for n in stripes)
+        for number in stripes:
+            lock = files.FileLock(path / "locks" / f"ref-{number:02x}")
+            assert lock.acquire(blocking=False), f"stripe {number:02x} is still flocked"
+            lock.release()
+        store.append(sids[0], user("again"))
+        assert store.session(sids[0]).messages == 101
