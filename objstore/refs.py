@@ -240,9 +240,9 @@ class _Stripe:
     other threads of the handle are updating refs) until the handle has no update
     in progress, at most MAX_LINGER after the flock was taken. ``holders`` (changed
     under the store's guard) counts the threads using or waiting for it, ``inside``
-    (under ``_mutex``) those holding it; ``taken`` counts the flocks taken, so that
-    a ref file read under the one still held cannot have been replaced by another
-    process since."""
+    (under ``_mutex``) those holding it. ``taken`` names the flock it holds (no
+    other flock of the process has its number): a ref file read under the flock
+    still held cannot have been replaced by another process since."""
 
     def __init__(self, path: Path) -> None:
         self.lock = files.FileLock(path)
