@@ -421,6 +421,15 @@ class BlockPackWriter(PackWriter):
         """Whether ``oid`` was added (written, or waiting for its block)."""
         return any(oid in pending for pending in self._pending) or self._written(bytes.fromhex(oid))
 
+    def holds_any(self, oids: list[str]) -> bool:
+        """Whether any of ``oids`` was added (``in``, for many ids at once)."""
+        if any(not pending.keys().isdisjoint(oids) for pending in self._pending):
+            return True
+        prefixes = self._prefixes
+        if type(prefixes) is set:
+            return not prefixes.isdisjoint(map(bytes.fromhex, oids))
+        return any(self._written(bytes.fromhex(oid)) for oid in oids)
+
     def _written(self, raw: bytes) -> bool:
         prefixes = self._prefixes
         if prefixes is None:
@@ -494,6 +503,19 @@ class BlockPackWriter(PackWriter):
         for oid, inner, size in members:
             if oid not in self:
                 self._entry(bytes.fromhex(oid), at, inner, size)
+
+    def copy_block(self, record: bytes, members: list[tuple[str, int, int]], group: int) -> None:
+        """Copy a verified block record as it is, claim included, with its objects'
+        (id, offset, length), none of which this pack holds (a merge, FORMAT.md 5.4).
+        The objects of its ``group`` (``block_group``) waiting for a block are written
+        first, in a block of their own: blocks keep their objects' order (a context
+        read takes a block that holds its next messages whole)."""
+        self._flush_group(group)
+        _type, checksum, _length = RECORD_HEAD.unpack_from(record)
+        at = self.size + RECORD_HEAD.size
+        self._write([(TYPE_BLOCK, checksum, record[RECORD_HEAD.size :])])
+        for oid, inner, size in members:
+            self._entry(bytes.fromhex(oid), at, inner, size)
 
     def _flush(self) -> None:
         for group in range(BLOCK_GROUPS):
