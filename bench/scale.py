@@ -236,7 +236,6 @@ def measure(path: Path, runs: int, only: frozenset[str]) -> dict[str, Any]:
         out["fsck_problems"] = len(report.problems)
         out["fsck_mb_s"] = out["checked_bytes"] / 1e6 / out["fsck_s"]
     store_arg = ["--store", str(path)]
-    repack = "from objstore import Store\nwith Store.open(sys.argv[1]) as s: s.repack()"
     gc = ["gc", "--grace", "10m"]
     # (row, what it is called, code, its arguments, what it needs: None, or the number
     # of sessions to purge from a copy it runs on, 0 for none)
@@ -253,7 +252,7 @@ def measure(path: Path, runs: int, only: frozenset[str]) -> dict[str, Any]:
             gc,
             SWEPT_SESSIONS,
         ),  # fmt: skip
-        ("cli-repack", "repack (Store.repack)", repack, [], 0),
+        ("cli-repack", "repack", CLI, ["repack"], 0),
         ("cli-du", "du", CLI, [*store_arg, "du"], None),
         ("cli-help", "--help (start-up alone)", CLI, ["--help"], None),
     ]
@@ -264,9 +263,8 @@ def measure(path: Path, runs: int, only: frozenset[str]) -> dict[str, Any]:
             run = child(code, args, path.parent)
         else:
             copy = scratch_copy(path, purge)
-            where = [str(copy)] if code == repack else ["--store", str(copy)]
             try:
-                run = child(code, [*where, *args], path.parent)
+                run = child(code, ["--store", str(copy), *args], path.parent)
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
         out["cli"][name] = asdict(run)

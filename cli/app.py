@@ -66,7 +66,7 @@ COMMAND_MODULES: Final = {
         "cli.sessions",
     ),
     **dict.fromkeys(["diff", "log", "search", "show"], "cli.history"),
-    **dict.fromkeys(["du", "export", "fsck", "gc", "import"], "cli.maintenance"),
+    **dict.fromkeys(["du", "export", "fsck", "gc", "import", "repack"], "cli.maintenance"),
     **dict.fromkeys(["chat", "run"], "cli.chat"),
     **dict.fromkeys(["clone", "fetch", "pull", "push"], "cli.sync"),
     "remote": "cli.remotes",

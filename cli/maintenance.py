@@ -1,5 +1,5 @@
 """Commands that move or look after the store as a whole: export (JSON, Markdown,
-HTML), import (export documents, other agents' session files), gc, fsck, du."""
+HTML), import (export documents, other agents' session files), gc, repack, fsck, du."""
 
 from __future__ import annotations
 
@@ -301,6 +301,33 @@ def _remote_gc(store: Store, name: str, grace: float, dry_run: bool, as_json: bo
         ],
         page=False,
     )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def repack(ctx: click.Context, as_json: bool) -> None:
+    """Merge small packs now, as a writer does when it closes: until at most 8 of
+    them are left beside packs that each hold twice the ones below (Git's
+    geometric repack). Skips if another process is repacking; safe beside a
+    running agent.
+
+    \b
+    Example:
+      ags repack
+    """
+    store = open_store(ctx)
+    before = len(store.objects.sealed_packs())
+    merged = 0
+    while step := store.repack():
+        merged += step
+    after = len(store.objects.sealed_packs())
+    if as_json:
+        emit_json({"packs_before": before, "packs_after": after, "packs_merged": merged})
+    elif merged:
+        click.echo(f"packs: {before} -> {after} ({merged} merged)")
+    else:
+        click.echo(f"packs: {before} (none to merge, or another process is repacking)")
 
 
 @cli.command()

@@ -467,6 +467,34 @@ def test_gc_drops_old_archived_sessions_and_sweeps_what_nothing_reaches(world):
     assert ags(world, "fsck")[0] == 0
 
 
+def test_repack_merges_the_small_packs_and_keeps_every_message(tmp_path, monkeypatch):
+    """``ags repack`` merges until repack.py's policy is met; every message reads after,
+    and a second run finds nothing to merge."""
+    from objstore import repack as repack_policy
+
+    path = tmp_path / "store"
+    monkeypatch.setattr(repack_policy, "MAX_PACKS", 1000)  # no merge as each handle closes
+    sids = []
+    for run in range(12):  # each handle seals a block pack of its own
+        with Store.open(path) as s, s.batch():
+            sids.append(s.new_session(title=f"run {run}"))
+            for i in range(50):
+                s.append(sids[-1], {"role": "user", "content": f"run {run} message {i}"})
+    monkeypatch.undo()
+    world = World(path, "", "", "", "")
+    code, out, err = ags(world, "repack", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["packs_before"] == 12 and report["packs_after"] <= 8
+    assert report["packs_merged"] > 12 - report["packs_after"]
+    with Store.open(path) as s:
+        assert [len(s.context(sid)) for sid in sids] == [50] * 12
+    code, out, _err = ags(world, "repack")
+    left = report["packs_after"]
+    assert (code, out) == (0, f"packs: {left} (none to merge, or another process is repacking)\n")
+    assert ags(world, "fsck")[0] == 0
+
+
 def test_gc_keeps_young_objects_and_what_reflogs_reach(world):
     with Store.open(world.path) as s:
         s.delete(world.b)
