@@ -497,9 +497,7 @@ class BlockPackWriter(PackWriter):
         """Copy a block record as it is (one that cannot be read: kept for fsck), with
         the (id, offset, length) its old index gave its objects."""
         self._flush()
-        _type, checksum, length = RECORD_HEAD.unpack_from(record)
-        at = self.size + RECORD_HEAD.size
-        self._write([(TYPE_BLOCK, checksum, record[RECORD_HEAD.size :])])
+        at = self._write_as_is(record)
         for oid, inner, size in members:
             if oid not in self:
                 self._entry(bytes.fromhex(oid), at, inner, size)
@@ -511,11 +509,16 @@ class BlockPackWriter(PackWriter):
         first, in a block of their own: blocks keep their objects' order (a context
         read takes a block that holds its next messages whole)."""
         self._flush_group(group)
+        at = self._write_as_is(record)
+        for oid, inner, size in members:
+            self._entry(bytes.fromhex(oid), at, inner, size)
+
+    def _write_as_is(self, record: bytes) -> int:
+        """Write a block record (header and payload) as it is; where its payload starts."""
         _type, checksum, _length = RECORD_HEAD.unpack_from(record)
         at = self.size + RECORD_HEAD.size
         self._write([(TYPE_BLOCK, checksum, record[RECORD_HEAD.size :])])
-        for oid, inner, size in members:
-            self._entry(bytes.fromhex(oid), at, inner, size)
+        return at
 
     def _flush(self) -> None:
         for group in range(BLOCK_GROUPS):
