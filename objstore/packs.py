@@ -49,6 +49,7 @@ from .limits import read_exactly
 from .live_index import ENTRY_RECORDS, LIVE_MAGIC
 from .live_index import encode_entry as encode_live_entry
 from .pack_format import (
+    BLOCK_ENTRY_HEAD,
     BLOCK_IDX_ENTRY,
     BLOCK_PACK_MAGIC,
     CHECKSUM_BYTES,
@@ -477,6 +478,8 @@ class BlockPackWriter(PackWriter):
         pending, pending_bytes, known_exact = self._pending, self._pending_bytes, self._exact
         for oid, content, exact in contents:
             group = block_group(content)
+            if len(content) > ALONE_ABOVE and pending[group]:
+                self._flush_group(group)  # a block of its own (ALONE_ABOVE)
             pending[group][oid] = content  # a new dict after each flush of the group
             if exact:
                 known_exact.add(oid)
@@ -639,9 +642,24 @@ _SUM: Final = 1 << 64
 _ENTRY_BYTES: Final = {e.size: struct.Struct(f"{e.size}s") for e in (IDX_ENTRY, BLOCK_IDX_ENTRY)}
 _ENTRIES_BETWEEN_RELEASES: Final = 1 << 16
 _BLOCKS_BETWEEN_RELEASES: Final = 512
-# A block holds objects up to BLOCK_BYTES, then the one that passes it (at most an
-# object's size): nothing bigger is ever decompressed.
-MAX_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
+WRITTEN_BLOCK_CONTENT: Final = BLOCK_BYTES + objects.MAX_CONTENT_BYTES + 64
+"""The most content ags writes in a block (FORMAT.md 5.5): objects up to BLOCK_BYTES,
+then the one that passes it, and their heads: the bound older readers of store
+version 5 hold a block to, so what ags writes reads there too."""
+_SMALLEST_CONTENT: Final = len("blob") + 1  # kind + NUL, and an empty body (a file)
+_MOST_HEADS: Final = BLOCK_ENTRY_HEAD.size * (BLOCK_BYTES // _SMALLEST_CONTENT + 1) + 64
+"""The heads of a block of the smallest objects up to BLOCK_BYTES and one more, in the
+larger of the two layouts (36 bytes an object in the entry layout; 32, and 42 in all,
+in the array layout), with room to spare: under 1 MiB."""
+ALONE_ABOVE: Final = WRITTEN_BLOCK_CONTENT - BLOCK_BYTES - _MOST_HEADS
+"""An object whose content is bigger (within 1 MiB of the size limit) is written in a
+block of its own: after the objects before it and their heads, it could take the
+block past WRITTEN_BLOCK_CONTENT."""
+MAX_BLOCK_CONTENT: Final = WRITTEN_BLOCK_CONTENT + _MOST_HEADS
+"""The most content a reader decompresses in a block, never more: WRITTEN_BLOCK_CONTENT,
+and the heads that older writers left out of that bound when they put a near-limit
+object after a block's worth of others (such a block then read nowhere, and its
+objects as corrupt), so those blocks read too."""
 
 
 def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, bytes]:
@@ -668,6 +686,8 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
         if oid in entries or any(oid in waiting for waiting in pending):
             continue
         group = block_group(content)
+        if len(content) > ALONE_ABOVE and pending[group]:
+            flush(group)  # a block of its own (ALONE_ABOVE)
         pending[group][oid] = content
         pending_bytes[group] += len(content)
         if pending_bytes[group] >= BLOCK_BYTES:
