@@ -26,6 +26,7 @@ from .records import (
     Entry,
     LineReader,
     ags_time,
+    dict_field,
     iter_lines,
     line_key,
     open_turn,
@@ -149,7 +150,7 @@ class _Index:
         elif kind == "summary" and isinstance(value.get("summary"), str):
             self.summary_leaves.append((str(value.get("leafUuid")), value["summary"]))
         elif kind == "assistant":
-            model = (value.get("message") or {}).get("model")
+            model = dict_field(value, "message").get("model")
             if isinstance(model, str) and model and not model.startswith("<"):
                 self.model = model
 
@@ -234,7 +235,7 @@ class ClaudeSource:
         for i in self._path[:50]:
             value = self._reader.read(self._index.entries[i]).value or {}
             if value.get("type") == "user" and not value.get("isMeta"):
-                content = (value.get("message") or {}).get("content")
+                content = dict_field(value, "message").get("content")
                 if isinstance(content, list) and any(
                     isinstance(b, dict) and b.get("type") == "tool_result" for b in content
                 ):

@@ -30,6 +30,7 @@ from .records import (
     parse_line,
     raw_text,
     stat_of,
+    str_field,
     text_of,
     torn_problem,
 )
@@ -130,7 +131,7 @@ class CodexSource:
         unknown_item = (
             kind == "response_item"
             and isinstance(payload, dict)
-            and (payload.get("type") not in KNOWN_ITEMS)
+            and str_field(payload, "type") not in KNOWN_ITEMS
         )
         if unknown_type or unknown_item:
             self.unknown += 1
@@ -154,7 +155,7 @@ class CodexSource:
                 self._title = text.split("\n", 1)[0]
         entry = Entry(line.number, line.offset, len(line.data), line_key(line.data), kind)
         if kind == "response_item" and isinstance(payload, dict):
-            item = payload.get("type")
+            item = str_field(payload, "type")
             if item in ASSISTANT_SIDE or (item == "message" and payload.get("role") == "assistant"):
                 entry.turn = "assistant"  # consecutive assistant items are one message
                 entry.calls = item in ASSISTANT_SIDE and item != "reasoning"
@@ -210,7 +211,7 @@ class CodexSource:
         if kind != "response_item" or not isinstance(payload, dict):
             builder.extra(value)
             return
-        item = payload.get("type")
+        item = str_field(payload, "type")
         fallback = f"call_{index}"
         if item == "message":
             role = payload.get("role")

@@ -20,15 +20,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from objstore.errors import NestingTooDeep
+from objstore.limits import parse_json
+
 from ..errors import SourceError
 from .records import (
+    LINE_DEPTH,
     ags_time,
     clean,
     finite_float,
     iter_lines,
+    list_field,
     parse_line,
     record_key,
     stat_of,
+    str_field,
     text_of,
     torn_problem,
 )
@@ -74,7 +80,7 @@ class GeminiSource:
         else:
             raise SourceError(f"{path} is not a Gemini CLI chat or checkpoint file")
         if not self._checkpoint:
-            self.unknown = sum(1 for m in self._messages if m.get("type") not in KNOWN_TYPES)
+            self.unknown = sum(str_field(m, "type") not in KNOWN_TYPES for m in self._messages)
             # An answer whose tool calls are still running is rewritten in place when they
             # finish: wait for it, rather than import it half done and fork later.
             if self._messages and _running(self._messages[-1]):
@@ -92,8 +98,10 @@ class GeminiSource:
             text = data.decode("utf-8", errors="replace")
             self.problems.append(f"not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD")
         try:
-            return clean(json.loads(text, parse_float=finite_float))
-        except (ValueError, RecursionError) as e:
+            return clean(parse_json(text, LINE_DEPTH, parse_float=finite_float))
+        except NestingTooDeep:
+            raise SourceError(f"{path} nests deeper than {LINE_DEPTH} levels") from None
+        except ValueError as e:
             raise SourceError(f"{path} is not a complete JSON document ({e})") from None
 
     def _read_jsonl(self, path: Path) -> dict[str, Any]:
@@ -130,7 +138,7 @@ class GeminiSource:
                     old = messages.get(str(value["id"]), {})
                     update = {k: v for k, v in value.items() if k != "type"}
                     messages[str(value["id"])] = {**old, **update}
-                elif value.get("type") in KNOWN_TYPES or ("id" in value and "type" in value):
+                elif str_field(value, "type") in KNOWN_TYPES or ("id" in value and "type" in value):
                     messages[str(value.get("id"))] = value
                 else:  # the metadata line, and whatever a newer version adds
                     doc.update({k: v for k, v in value.items() if k != "type"})
@@ -202,7 +210,7 @@ class GeminiSource:
             if isinstance(thoughts, list)
             else ""
         )
-        tool_calls = [c for c in m.get("toolCalls") or [] if isinstance(c, dict)]
+        tool_calls = [c for c in list_field(m, "toolCalls") if isinstance(c, dict)]
         calls = [
             call(c.get("id"), c.get("name"), c.get("args"), f"call_{index}_{n}")
             for n, c in enumerate(tool_calls)
@@ -234,7 +242,7 @@ class GeminiSource:
 
     def _map_content(self, builder: TranscriptBuilder, m: dict[str, Any], index: int) -> None:
         meta = {"time": self._time}
-        parts = [p for p in m.get("parts") or [] if isinstance(p, dict)]
+        parts = [p for p in list_field(m, "parts") if isinstance(p, dict)]
         if m.get("role") == "model":
             calls = [
                 call(fc.get("id"), fc.get("name"), fc.get("args"), f"call_{index}_{n}")
@@ -289,7 +297,7 @@ def _running(message: dict[str, Any]) -> bool:
         message.get("type") == "gemini"
         and isinstance(calls, list)
         and any(
-            isinstance(c, dict) and "result" not in c and c.get("status") not in _DONE
+            isinstance(c, dict) and "result" not in c and str_field(c, "status") not in _DONE
             for c in calls
         )
     )

@@ -21,7 +21,15 @@ from typing import IO, Any, Final
 
 import blake3
 
+from objstore.errors import NestingTooDeep
+from objstore.limits import parse_json
+
 READ_CHUNK: Final = 1 << 16
+LINE_DEPTH: Final = 500
+"""Containers a record may nest; a deeper one is kept as text, with a problem. Far
+beyond any real record (the store takes messages nested up to 100 deep, and keeps a
+stub of a deeper one), and shallow enough that walking a record (``clean``,
+``text_of``, ``json.dumps`` of its key) never meets Python's recursion limit."""
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 TOOL_NAMES: Final = ("claude-code", "codex", "gemini")
 
@@ -112,8 +120,8 @@ def parse_line(line: Line) -> Record:
         text = data.decode("utf-8", errors="replace")
         problem = f"line {line.number}: not UTF-8 (byte {e.start}); bad bytes replaced by U+FFFD"
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=finite_float)
-    except RecursionError:
+        value = parse_json(text, LINE_DEPTH, parse_constant=_no_constant, parse_float=finite_float)
+    except NestingTooDeep:
         return Record(line, None, f"line {line.number}: nested too deeply to read, kept as text")
     except ValueError:
         if line.end - line.offset == len(line.data):  # no newline: still being written
@@ -240,6 +248,25 @@ def text_of(content: Any) -> str:
                 return text_of(content[key])
         return ""
     return json.dumps(content, ensure_ascii=False)
+
+
+def str_field(value: dict[str, Any], key: str) -> str | None:
+    """``value[key]`` if it is a string, else None: a field of a source record can hold
+    anything, and a type name that is a list must read as unknown, not fail a lookup."""
+    item = value.get(key)
+    return item if isinstance(item, str) else None
+
+
+def dict_field(value: dict[str, Any], key: str) -> dict[str, Any]:
+    """``value[key]`` if it is an object, else an empty one."""
+    item = value.get(key)
+    return item if isinstance(item, dict) else {}
+
+
+def list_field(value: dict[str, Any], key: str) -> list[Any]:
+    """``value[key]`` if it is a list, else an empty one."""
+    item = value.get(key)
+    return item if isinstance(item, list) else []
 
 
 @dataclass(slots=True)
