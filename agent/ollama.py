@@ -182,8 +182,14 @@ class OllamaClient(HTTPChatClient):
                     if isinstance(message.get("thinking"), str):
                         thinking.append(message["thinking"])
                     # Whole calls arrive on done:false lines and are not repeated at the end.
-                    for call in message.get("tool_calls") or []:
-                        function = call.get("function", {}) if isinstance(call, dict) else {}
+                    listed = message.get("tool_calls")
+                    if listed is not None and not isinstance(listed, list):
+                        raise self._protocol_error(f"tool_calls not in a list: {line[:120]!r}")
+                    for call in listed or []:
+                        if not isinstance(call, dict):
+                            continue  # as the OpenAI wire's fragments: what is no call is none
+                        function = call.get("function")
+                        function = function if isinstance(function, dict) else {}
                         calls.append(
                             tool_call(
                                 call.get("id"), function.get("name"), function.get("arguments")
@@ -223,7 +229,8 @@ class OllamaClient(HTTPChatClient):
             return num_ctx
         running = self._fetch_json("GET", "/api/ps", optional=True)
         if isinstance(running, dict):
-            for entry in running.get("models") or []:
+            models = running.get("models")
+            for entry in models if isinstance(models, list) else []:
                 if isinstance(entry, dict) and (
                     _same_ollama_model(entry.get("name"), self.model)
                     or _same_ollama_model(entry.get("model"), self.model)

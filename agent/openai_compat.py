@@ -149,6 +149,11 @@ class ToolCallAssembler:
         return [tool_call(c["id"], c["name"], "".join(c["arguments"])) for c in self._calls]
 
 
+class NotTheFormat(ValueError):
+    """A chunk whose fields have types the chat-completions format does not give them;
+    the client reports it as a protocol error, with the chunk."""
+
+
 @dataclass(slots=True)
 class _OpenAIStream:
     """What one streamed (or plain) chat completion has said so far."""
@@ -179,7 +184,10 @@ class _OpenAIStream:
             if prompt is not None:
                 prompt += reported_count(timings.get("cache_n")) or 0
             self.usage = Usage(prompt, reported_count(timings.get("predicted_n")))
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise NotTheFormat("choices that are not a list")
+        for choice in choices or []:
             if not isinstance(choice, dict) or choice.get("index") not in (0, None):
                 continue
             delta = choice.get("delta")
@@ -200,7 +208,10 @@ class _OpenAIStream:
             if isinstance(delta.get(key), str):
                 self.thinking.append(delta[key])
                 break
-        for fragment in delta.get("tool_calls") or []:
+        fragments = delta.get("tool_calls")
+        if fragments is not None and not isinstance(fragments, list):
+            raise NotTheFormat("tool_calls that are not a list")
+        for fragment in fragments or []:
             self.tools.add(fragment)
 
 
@@ -297,7 +308,7 @@ class OpenAIClient(HTTPChatClient):
                 # A server that ignored stream=true answers one chat.completion.
                 chunk = self._json_object(response.read().decode(), "the completion")
                 self._check_chunk(chunk)
-                reply.feed(chunk, on_text)
+                self._feed(reply, chunk, on_text)
                 finished = True
             else:
                 for kind, payload in sse_events(counted(response.iter_lines())):
@@ -309,7 +320,7 @@ class OpenAIClient(HTTPChatClient):
                     if kind == "error":
                         raise self._in_band_error(chunk)
                     self._check_chunk(chunk)
-                    reply.feed(chunk, on_text)
+                    self._feed(reply, chunk, on_text)
         if not finished and reply.finish_reason is None:
             if not events and (lines == 0 or "event-stream" in content_type):
                 # An empty stream: llama-cpp-python's answer to a prompt over its
@@ -339,7 +350,7 @@ class OpenAIClient(HTTPChatClient):
         self._check_chunk(completion)
         if not isinstance(completion.get("choices"), list):
             raise self._protocol_error("a chat completion without choices")
-        reply.feed(completion, on_text)
+        self._feed(reply, completion, on_text)
         return self._reply(reply, started, None, False)
 
     def _reply(
@@ -355,6 +366,14 @@ class OpenAIClient(HTTPChatClient):
             duration=time.monotonic() - started,
             streamed=streamed,
         )
+
+    def _feed(
+        self, reply: _OpenAIStream, chunk: Mapping[str, Any], on_text: Callable[[str], None] | None
+    ) -> None:
+        try:
+            reply.feed(chunk, on_text)
+        except NotTheFormat as e:
+            raise self._protocol_error(f"a chunk with {e}: {json.dumps(chunk)[:120]!r}") from None
 
     def _check_chunk(self, chunk: Mapping[str, Any]) -> None:
         """Raise for an in-band error event, in any of the shapes servers use."""

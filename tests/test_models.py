@@ -541,6 +541,49 @@ def test_garbage_from_the_server_is_a_protocol_error(
     assert len(model_server.chat_bodies()) == 1
 
 
+def _verbatim(lines: list[dict[str, Any]], *, openai: bool) -> dict[str, Any]:
+    """A scripted 200 reply whose body is ``lines`` as the wire sends them."""
+    if openai:
+        body = "".join(f"data: {json.dumps(line)}\n\n" for line in lines) + "data: [DONE]\n\n"
+        return {"error": {"status": 200, "body": body, "content_type": "text/event-stream"}}
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    return {"error": {"status": 200, "body": body, "content_type": "application/x-ndjson"}}
+
+
+_DONE_LINE = {"model": "gemma4", "message": {"role": "assistant", "content": ""}, "done": True}
+
+
+@pytest.mark.parametrize(
+    ("openai_wire", "lines", "field"),
+    [
+        (False, [{**_DONE_LINE, "message": {"content": "", "tool_calls": 5}}], "tool_calls"),
+        (False, [{**_DONE_LINE, "message": {"content": "", "tool_calls": "x"}}], "tool_calls"),
+        (True, [{"choices": 5}], "choices"),
+        (True, [{"choices": {"0": {"delta": {"content": "x"}}}}], "choices"),
+        (True, [{"choices": [{"index": 0, "delta": {"tool_calls": 1.5}}]}], "tool_calls"),
+    ],
+)
+def test_a_reply_field_of_the_wrong_type_is_a_protocol_error(
+    model_server: FakeModelServer, openai_wire: bool, lines: list[dict[str, Any]], field: str
+) -> None:
+    model_server.add(_verbatim(lines, openai=openai_wire))
+    provider = "openai" if openai_wire else "ollama"
+    with (
+        closing(make_client(provider, model_server.url, "gemma4", retry=FAST)) as client,
+        pytest.raises(ModelProtocolError, match=f"{field} (that are )?not (in )?a list"),
+    ):
+        client.chat([USER], [READ_TOOL])
+
+
+def test_ollama_skips_what_is_no_tool_call_and_reads_the_rest(
+    model_server: FakeModelServer, ollama: OllamaClient
+) -> None:
+    calls = ["x", 5, None, {"function": 5}, {"function": {"name": "read_file", "arguments": {}}}]
+    model_server.add(_verbatim([{**_DONE_LINE, "message": {"tool_calls": calls}}], openai=False))
+    reply = ollama.chat([USER], [READ_TOOL])
+    assert [c["name"] for c in reply.message["tool_calls"]] == ["", "read_file"]
+
+
 def test_a_web_page_instead_of_an_event_stream_is_not_retried(
     model_server: FakeModelServer, openai: OpenAIClient
 ) -> None:
