@@ -119,6 +119,14 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return call
 
 
+def calls_of(message: Any) -> list[dict[str, Any]]:
+    """The tool calls of a message that are objects: none if its ``tool_calls`` is not
+    a list. A stored message can hold any JSON (an import, a library caller), and
+    whatever reads one must not fail on it."""
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
 def new_call_id() -> str:
     """A tool-call id of ags's own: ``call_`` and 48 random bits in hex."""
     return "call_" + secrets.token_hex(6)
@@ -132,8 +140,8 @@ def context_call_ids(messages: Iterable[Any]) -> set[str]:
             continue
         if message.get("role") == "tool" and isinstance(message.get("tool_call_id"), str):
             taken.add(message["tool_call_id"])
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
+        for call in calls_of(message):
+            if isinstance(call.get("id"), str):
                 taken.add(call["id"])
     return taken
 
@@ -193,7 +201,7 @@ def with_unique_call_ids(
     A call whose id is already taken gets a fresh one, and the server's id is
     kept as ``server_id``; ``taken`` grows by the ids given out.
     """
-    calls = message.get("tool_calls")
+    calls = calls_of(message)
     if not calls:
         return message
     unique: list[dict[str, Any]] = []
@@ -227,11 +235,10 @@ def unanswered_calls(messages: Sequence[Any]) -> list[tuple[int, dict[str, Any]]
     i = 0
     while i < len(messages):
         message = messages[i]
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if not calls or message.get("role") != "assistant":
+        open_calls = calls_of(message)
+        if not open_calls or message.get("role") != "assistant":
             i += 1
             continue
-        open_calls = [c for c in calls if isinstance(c, dict)]
         last = i
         while last + 1 < len(messages) and _is_result(messages[last + 1]):
             last += 1

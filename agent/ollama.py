@@ -20,6 +20,7 @@ from agent.messages import (
     ModelReply,
     Usage,
     assistant_message,
+    calls_of,
     normalised_done_reason,
     reported_count,
     token_count,
@@ -87,7 +88,7 @@ def ollama_wire_message(message: Message) -> dict[str, Any]:
     if role == "assistant":
         if message.get("thinking"):
             wire["thinking"] = message["thinking"]
-        if message.get("tool_calls"):
+        if calls_of(message):
             wire["tool_calls"] = [
                 {
                     "id": call.get("id", ""),
@@ -96,7 +97,7 @@ def ollama_wire_message(message: Message) -> dict[str, Any]:
                         "arguments": call.get("arguments", {}),
                     },
                 }
-                for call in message["tool_calls"]
+                for call in calls_of(message)
             ]
     elif role == "tool":
         wire["tool_name"] = message.get("name", "")

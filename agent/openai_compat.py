@@ -23,6 +23,7 @@ from agent.messages import (
     ModelReply,
     Usage,
     assistant_message,
+    calls_of,
     normalised_done_reason,
     reported_count,
     token_count,
@@ -38,7 +39,7 @@ def openai_wire_message(message: Message) -> dict[str, Any]:
     role = message.get("role", "")
     # An empty string, not null, next to tool calls: some servers reject null content.
     wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
-    if role == "assistant" and message.get("tool_calls"):
+    if role == "assistant" and calls_of(message):
         wire["tool_calls"] = [
             {
                 "id": call.get("id", ""),
@@ -50,7 +51,7 @@ def openai_wire_message(message: Message) -> dict[str, Any]:
                     "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
                 },
             }
-            for call in message["tool_calls"]
+            for call in calls_of(message)
         ]
     elif role == "tool":
         wire["tool_call_id"] = message.get("tool_call_id", "")

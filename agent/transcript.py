@@ -24,6 +24,7 @@ from objstore import LogEntry, Store, content_text
 
 from .control_chars import visible
 from .markup import HIGHLIGHT_CSS, code_html, markdown_html, text_html
+from .messages import calls_of
 
 FOLD_OVER: Final = 12  # lines of tool output shown before it is folded away
 
@@ -180,11 +181,10 @@ def _md_entry(entry: LogEntry) -> list[str]:
     if text:
         # Message text is shown as text: a fence keeps Markdown and HTML in it inert.
         out += [*_fence(text, "text"), ""]
-    for call in msg.get("tool_calls") or []:
-        if isinstance(call, dict):
-            name, cid = _md_code(call.get("name", "?")), _md_code(call.get("id", ""))
-            out += [f"**tool call** {name} {cid}", ""]
-            out += [*_fence(_arguments(call), "json"), ""]
+    for call in calls_of(msg):
+        name, cid = _md_code(call.get("name", "?")), _md_code(call.get("id", ""))
+        out += [f"**tool call** {name} {cid}", ""]
+        out += [*_fence(_arguments(call), "json"), ""]
     return out
 
 

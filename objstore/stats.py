@@ -159,7 +159,8 @@ def session_usage(store: Store, spec: str) -> SessionUsage:
         if entry.node.is_compaction:
             compactions += 1
             continue
-        role = entry.message.get("role", "?") if isinstance(entry.message, dict) else "?"
+        role = entry.message.get("role") if isinstance(entry.message, dict) else None
+        role = role if isinstance(role, str) else "?"  # a stored message can hold any JSON
         roles[role] = roles.get(role, 0) + 1
         node_usage = entry.node.meta.get("usage")
         if isinstance(node_usage, dict):

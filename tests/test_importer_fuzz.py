@@ -17,10 +17,10 @@ import json
 import random
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from json_mutations import mutated, odd_value
 
 from agent.importers import import_sessions
 from cli.main import cli
@@ -32,60 +32,14 @@ SOURCES = sorted(
     + [("codex", p) for p in (FIXTURES / "codex").rglob("*.jsonl")]
     + [("gemini", p) for p in (FIXTURES / "gemini").rglob("*.json*")]
 )
-_ODD = [None, True, False, 0, -1, 2**64, 2**80, -(2**70), 1.5, 1e308, "", "x", "\u0000",
-        "\U0001f600", "a" * 5000, "../../etc/passwd", "2026-13-45T99:99:99Z", "null", "{}",
-        [], {}, [[]], {"": None}]  # fmt: skip
-_KEYS = ["type", "role", "content", "text", "id", "name", "parts", "toolCalls", "status"]
 
 
-def _odd_value(rng: random.Random, depth: int = 0) -> Any:
-    r = rng.random()
-    if r < 0.1 and depth < 3:
-        return [_odd_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    if r < 0.2 and depth < 3:
-        return {rng.choice(_KEYS): _odd_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
-    if r < 0.23:
-        value: Any = "deep"
-        for _ in range(rng.choice([99, 101, 150, 900, 995])):
-            value = [value] if rng.random() < 0.5 else {"content": value}
-        return value
-    return rng.choice(_ODD)
-
-
-def _places(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
-    """Every (path, value) in ``value``, down to 40 levels."""
-    out = [(path, value)]
-    if len(path) < 40 and isinstance(value, dict | list):
-        for key, sub in value.items() if isinstance(value, dict) else enumerate(value):
-            out += _places(sub, (*path, key))
-    return out
-
-
-def _mutated(rng: random.Random, value: Any) -> Any:
-    """``value`` with one to three of its fields replaced, removed, wrapped or doubled."""
-    for _ in range(rng.randint(1, 3)):
-        path, old = rng.choice(_places(value))
-        op = rng.random()
-        new = _odd_value(rng) if op < 0.6 else [old, old] if op < 0.7 else {"wrapped": old}
-        if not path:
-            value = new
-            continue
-        parent = value
-        for key in path[:-1]:
-            parent = parent[key]
-        if 0.8 <= op < 0.9:
-            parent.pop(path[-1])
-        else:
-            parent[path[-1]] = new
-    return value
-
-
-def _lines_mutated(rng: random.Random, text: str) -> str:
+def _linesmutated(rng: random.Random, text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     out = []
     for line in lines:
         try:
-            out.append(json.dumps(_mutated(rng, json.loads(line))) if rng.random() < 0.3 else line)
+            out.append(json.dumps(mutated(rng, json.loads(line))) if rng.random() < 0.3 else line)
         except ValueError:
             out.append(line)
     if rng.random() < 0.1:
@@ -93,7 +47,7 @@ def _lines_mutated(rng: random.Random, text: str) -> str:
     for _ in range(rng.randint(0, 3)):
         op, i = rng.random(), rng.randrange(len(out))
         if op < 0.2:
-            out[i] = json.dumps(_odd_value(rng))
+            out[i] = json.dumps(odd_value(rng))
         elif op < 0.35:
             out.insert(i, out[rng.randrange(len(out))])
         elif op < 0.5:
@@ -124,9 +78,9 @@ def _damaged_file(seed: int, folder: Path) -> tuple[str, Path] | None:
     text = source.read_bytes().decode("utf-8", "replace")
     try:
         if source.suffix == ".jsonl":
-            text = _lines_mutated(rng, text)
+            text = _linesmutated(rng, text)
         else:
-            text = json.dumps(_mutated(rng, json.loads(text)))
+            text = json.dumps(mutated(rng, json.loads(text)))
     except (RecursionError, ValueError):  # too deep for json.dumps, or a value made circular
         return None
     path = folder / source.relative_to(FIXTURES / tool)
