@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from agent.errors import ModelProtocolError
 from agent.http_chat import HTTPChatClient, RetryPolicy
 from agent.messages import (
     UNREPORTED,
@@ -150,14 +151,12 @@ class ToolCallAssembler:
         return [tool_call(c["id"], c["name"], "".join(c["arguments"])) for c in self._calls]
 
 
-class NotTheFormat(ValueError):
-    """A chunk whose fields have types the chat-completions format does not give them;
-    the client reports it as a protocol error, with the chunk."""
-
-
 @dataclass(slots=True)
 class _OpenAIStream:
-    """What one streamed (or plain) chat completion has said so far."""
+    """What one streamed (or plain) chat completion of the server at ``base_url`` has
+    said so far."""
+
+    base_url: str
 
     content: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
@@ -187,7 +186,7 @@ class _OpenAIStream:
             self.usage = Usage(prompt, reported_count(timings.get("predicted_n")))
         choices = chunk.get("choices")
         if choices is not None and not isinstance(choices, list):
-            raise NotTheFormat("choices that are not a list")
+            raise ModelProtocolError(self.base_url, "a chunk with choices that are not a list")
         for choice in choices or []:
             if not isinstance(choice, dict) or choice.get("index") not in (0, None):
                 continue
@@ -211,7 +210,7 @@ class _OpenAIStream:
                 break
         fragments = delta.get("tool_calls")
         if fragments is not None and not isinstance(fragments, list):
-            raise NotTheFormat("tool_calls that are not a list")
+            raise ModelProtocolError(self.base_url, "a chunk with tool_calls that are not a list")
         for fragment in fragments or []:
             self.tools.add(fragment)
 
@@ -293,7 +292,7 @@ class OpenAIClient(HTTPChatClient):
         if body.get("tools") and self.stream_tools is False:
             return self._unstreamed(body, on_text, started)
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        reply = _OpenAIStream()
+        reply = _OpenAIStream(self.base_url)
         finished = False
         events = lines = 0
 
@@ -309,7 +308,7 @@ class OpenAIClient(HTTPChatClient):
                 # A server that ignored stream=true answers one chat.completion.
                 chunk = self._json_object(response.read().decode(), "the completion")
                 self._check_chunk(chunk)
-                self._feed(reply, chunk, on_text)
+                reply.feed(chunk, on_text)
                 finished = True
             else:
                 for kind, payload in sse_events(counted(response.iter_lines())):
@@ -321,7 +320,7 @@ class OpenAIClient(HTTPChatClient):
                     if kind == "error":
                         raise self._in_band_error(chunk)
                     self._check_chunk(chunk)
-                    self._feed(reply, chunk, on_text)
+                    reply.feed(chunk, on_text)
         if not finished and reply.finish_reason is None:
             if not events and (lines == 0 or "event-stream" in content_type):
                 # An empty stream: llama-cpp-python's answer to a prompt over its
@@ -346,12 +345,12 @@ class OpenAIClient(HTTPChatClient):
     def _unstreamed(
         self, body: Mapping[str, Any], on_text: Callable[[str], None] | None, started: float
     ) -> ModelReply:
-        reply = _OpenAIStream()
+        reply = _OpenAIStream(self.base_url)
         completion = self._post_json("/v1/chat/completions", {**body, "stream": False})
         self._check_chunk(completion)
         if not isinstance(completion.get("choices"), list):
             raise self._protocol_error("a chat completion without choices")
-        self._feed(reply, completion, on_text)
+        reply.feed(completion, on_text)
         return self._reply(reply, started, None, False)
 
     def _reply(
@@ -367,14 +366,6 @@ class OpenAIClient(HTTPChatClient):
             duration=time.monotonic() - started,
             streamed=streamed,
         )
-
-    def _feed(
-        self, reply: _OpenAIStream, chunk: Mapping[str, Any], on_text: Callable[[str], None] | None
-    ) -> None:
-        try:
-            reply.feed(chunk, on_text)
-        except NotTheFormat as e:
-            raise self._protocol_error(f"a chunk with {e}: {json.dumps(chunk)[:120]!r}") from None
 
     def _check_chunk(self, chunk: Mapping[str, Any]) -> None:
         """Raise for an in-band error event, in any of the shapes servers use."""

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from objstore.errors import NestingTooDeep
-from objstore.limits import parse_json
+from objstore import NestingTooDeep, parse_json
 
 from ..errors import SourceError
 from .records import (

@@ -21,8 +21,7 @@ from typing import IO, Any, Final
 
 import blake3
 
-from objstore.errors import NestingTooDeep
-from objstore.limits import parse_json
+from objstore import NestingTooDeep, parse_json
 
 READ_CHUNK: Final = 1 << 16
 LINE_DEPTH: Final = 500
