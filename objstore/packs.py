@@ -921,6 +921,10 @@ class SealedPack:
         return int(loc[2])
 
     def _frame(self, off: int) -> memoryview:
+        """The payload of the record whose payload starts at ``off``; ValueError if the
+        record is not all in the pack (a damaged index, or a pack cut short)."""
+        if not RECORD_HEAD.size <= off <= self.size:
+            raise ValueError(f"a record at offset {off}, outside the pack of {self.size} bytes")
         (length,) = struct.unpack_from("<I", self._data, off - 4)
         if off + length > self.size:
             raise ValueError("the block runs past the end of the pack")
@@ -970,7 +974,10 @@ class SealedPack:
                 self.release_pages()
         frames = {}
         for n, off in enumerate(content, 1):
-            frames[off] = len(self._frame(off))
+            try:
+                frames[off] = len(self._frame(off))
+            except ValueError:  # not in the pack (fsck names it): nothing stored there
+                frames[off] = 0
             if n % _BLOCKS_BETWEEN_RELEASES == 0:
                 self.release_pages()
         for n, (raw, off, inner, length) in enumerate(self._entries(), 1):

@@ -347,7 +347,10 @@ class RefStore:
     def _parsed(name: str, data: bytes) -> RefRecord:
         try:
             body = canonical.loads(data)
-            return RefRecord(name, int(body["generation"]), body["target"], body)
+            target = body["target"]
+            if target is not None and type(target) is not str:  # a node id, or sessions/<id>
+                raise TypeError
+            return RefRecord(name, int(body["generation"]), target, body)
         except (ValueError, KeyError, TypeError):
             raise StoreFormatError(f"ref {name} is unreadable") from None
 

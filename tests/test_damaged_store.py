@@ -173,8 +173,15 @@ def test_a_damaged_ref_update_record_is_named_by_fsck(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"garbage\n", b'{"generation":1}\n', b"[1,2]\n", b'{"generation":"x","target":null}\n'],
-    ids=["empty", "garbage", "no-target", "a-list", "generation-not-a-number"],
+    [
+        b"",
+        b"garbage\n",
+        b'{"generation":1}\n',
+        b"[1,2]\n",
+        b'{"generation":"x","target":null}\n',
+        b'{"generation":1,"meta":{},"target":["a","list"]}\n',
+    ],
+    ids=["empty", "garbage", "no-target", "a-list", "generation-not-a-number", "target-a-list"],
 )
 def test_one_unreadable_ref_does_not_hide_the_others(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "store"
@@ -327,6 +334,23 @@ def test_a_loose_object_that_is_not_a_file_is_named_by_fsck(tmp_path: Path) -> N
     oid = "ab" + "0" * 62
     (path / "objects" / "ab" / oid[2:]).mkdir(parents=True)
     assert f"{oid}: is corrupt: its loose file is a directory" in fsck_problems(path)
+
+
+def test_a_pack_cut_short_is_named_and_every_command_goes_on(tmp_path: Path) -> None:
+    """A pack shorter than its index says (a disk that lost its tail): its blocks past
+    the end read as corrupt, the commands that sum sizes or sweep go on, and fsck names
+    it. Before, the index's offsets past the end raised struct.error out of du, info
+    and gc."""
+    path = tmp_path / "store"
+    sids = three_sessions(path)
+    (pack,) = packs(path)
+    with open(pack, "r+b") as f:
+        f.truncate(pack.stat().st_size // 3)
+    for command in (["du"], ["info", sids[0]], ["gc"], ["log", sids[2]], ["ls"]):
+        code, _out, err = ags(path, *command)
+        assert code in (0, 1), (command, err)
+    code, out, _err = ags(path, "fsck")
+    assert code == 1 and "index covers" in out
 
 
 def test_du_reports_the_store_and_names_a_session_it_cannot_read(tmp_path: Path) -> None:
