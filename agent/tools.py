@@ -671,7 +671,10 @@ def _coerced(value: Any, kind: str) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # "²" is a digit too, and 5,000 digits are past the limit
+                return value  # not an integer here: the check below says so
     if kind == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     return value

@@ -325,6 +325,9 @@ def test_notes_are_not_mutating_in_the_approval_sense() -> None:
         ("todo", {"action": "x" * 1000}, "not 'xxxxxxxxxxxxxxx"),
         ("read_file", {"path": [[[[[]]]]]}, "path must be a string, not a JSON array"),
         ("shell", {"command": "ls"}, "no sandbox"),
+        # digits Python will not turn into an int: more than 4,300, or a superscript
+        ("read_file", {"path": "README.md", "offset": "9" * 5000}, "offset must be an integer"),
+        ("todo", {"action": "done", "index": "\u00b2"}, "index must be an integer, not '\u00b2'"),
     ],
 )
 def test_bad_calls_become_error_text(box: Toolbox, name: str, arguments: Any, says: str) -> None:
