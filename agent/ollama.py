@@ -60,7 +60,7 @@ def ollama_host_url(value: str | None) -> str:
         host, port = bracketed.group(1), bracketed.group(2) or port
     elif hostport.count(":") == 1:
         host, port = hostport.split(":")
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit() and len(port) <= 5) or int(port) > 65535:
         return default
     if host in {"", "0.0.0.0", "::"}:
         host = "127.0.0.1"

@@ -155,7 +155,7 @@ class ChatCommands:
             self.out.long([line for e in entries for line in entry_lines(e, oneline=True)])
         elif name == "rewind":
             words = arg.split()
-            steps = int(words[0]) if words and words[0].isdigit() else 0
+            steps = int(words[0]) if words and _is_count(words[0]) else 0
             flags = set(words[1:])
             if (
                 steps < 1
@@ -180,10 +180,16 @@ class ChatCommands:
             return
         if name == "last" or not arg:
             result = self.results[-1]
-        elif arg.isdigit() and 1 <= int(arg) <= len(self.results):
+        elif _is_count(arg) and 1 <= int(arg) <= len(self.results):
             result = self.results[int(arg) - 1]
         else:
             raise click.UsageError(f"\\show needs a tool result's number, 1 to {len(self.results)}")
         mark = "" if result.ok else " (failed)"
         head = f"#{result.number} {call_line(result.name, result.arguments, 200)}{mark}"
         self.out.long([head, *visible(result.content, multiline=True).split("\n")])
+
+
+def _is_count(text: str) -> bool:
+    """Whether ``text`` is a count as a person types one: ASCII digits, few enough for
+    ``int`` (``"²".isdigit()`` is true, and ``int`` refuses it and 5,000 digits)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9

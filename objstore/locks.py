@@ -43,7 +43,7 @@ class WriterLock:
                 text = read_file(self._lock.path).decode("ascii", "replace").strip()
             except FileNotFoundError:
                 text = ""
-            if text.isdigit():
+            if text.isdigit() and len(text) <= 10:  # a pid; a damaged file may hold more
                 return int(text)
             time.sleep(0.005)
         return None

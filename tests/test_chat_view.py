@@ -22,7 +22,7 @@ from rich.console import Console
 
 from agent.tools import shell_status
 from cli.chat import between_turns
-from cli.chat_commands import COMMANDS
+from cli.chat_commands import COMMANDS, _is_count
 from cli.chat_input import ChatCompleter, PrivateHistory, open_history
 from cli.chat_view import TerminalView, result_lines, status_text
 from cli.markdown_stream import MarkdownStream, _window, markdown
@@ -262,3 +262,16 @@ def test_run_stops_after_as_many_steps_as_the_loop_does():
     from cli import chat
 
     assert chat.MAX_STEPS == MAX_STEPS
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("2", True), ("0", True), ("123456789", True), ("", False), ("-1", False), ("2x", False),
+     ("\u00b2", False), ("\u0663", False), ("9" * 10, False), ("9" * 5000, False)],
+)  # fmt: skip
+def test_what_rewind_and_show_take_for_a_count(text: str, count: bool) -> None:
+    # "²".isdigit() is true and int() refuses it, as it refuses 5,000 digits: either
+    # one, typed after \rewind or \show, ended the chat with a ValueError.
+    assert _is_count(text) is count
+    if count:
+        assert int(text) >= 0

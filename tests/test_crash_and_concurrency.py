@@ -27,6 +27,7 @@ import pytest
 from conftest import records_end
 
 from objstore import SessionBusy, Store, UnknownSpec
+from objstore.locks import WriterLock
 
 LINE_TIMEOUT = 30.0  # seconds a child may stay silent before the test fails
 
@@ -687,3 +688,18 @@ def test_readers_always_see_a_consistent_prefix(tmp_path: Path, spawn: Spawn) ->
         assert store.session(sid).messages == count
         assert not unsealed_packs(path)
         verify_every_object(store)
+
+
+def test_a_lock_file_holding_no_pid_still_refuses_the_second_writer(tmp_path: Path) -> None:
+    """The holder's pid is what its lock file says; a file holding other digits (5,000
+    of them, past what int() takes) names no holder, and the refusal still comes."""
+    (tmp_path / "sessions").mkdir()
+    first = WriterLock(tmp_path, "a" * 32)
+    first.acquire()
+    try:
+        (tmp_path / "sessions" / ("a" * 32)).write_text("9" * 5000 + "\n")
+        with pytest.raises(SessionBusy) as refused:
+            WriterLock(tmp_path, "a" * 32).acquire()
+        assert refused.value.pid is None
+    finally:
+        first.release()

@@ -781,6 +781,8 @@ def test_openai_context_length_per_server(
         ("::1", "http://[::1]:11434"),
         ('"localhost:11434"', "http://localhost:11434"),
         ("gpu-box:notaport", "http://127.0.0.1:11434"),
+        ("gpu-box:\u00b2", "http://127.0.0.1:11434"),  # a digit int() does not take
+        ("gpu-box:" + "9" * 5000, "http://127.0.0.1:11434"),  # more digits than int() takes
     ],
 )
 def test_ollama_host_is_parsed_like_ollama_does(value: str | None, url: str) -> None:
