@@ -88,7 +88,7 @@ def ollama_wire_message(message: Message) -> dict[str, Any]:
     if role == "assistant":
         if message.get("thinking"):
             wire["thinking"] = message["thinking"]
-        if calls_of(message):
+        if calls := calls_of(message):
             wire["tool_calls"] = [
                 {
                     "id": call.get("id", ""),
@@ -97,7 +97,7 @@ def ollama_wire_message(message: Message) -> dict[str, Any]:
                         "arguments": call.get("arguments", {}),
                     },
                 }
-                for call in calls_of(message)
+                for call in calls
             ]
     elif role == "tool":
         wire["tool_name"] = message.get("name", "")

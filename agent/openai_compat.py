@@ -40,7 +40,8 @@ def openai_wire_message(message: Message) -> dict[str, Any]:
     role = message.get("role", "")
     # An empty string, not null, next to tool calls: some servers reject null content.
     wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
-    if role == "assistant" and calls_of(message):
+    calls = calls_of(message) if role == "assistant" else []
+    if calls:
         wire["tool_calls"] = [
             {
                 "id": call.get("id", ""),
@@ -52,7 +53,7 @@ def openai_wire_message(message: Message) -> dict[str, Any]:
                     "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
                 },
             }
-            for call in calls_of(message)
+            for call in calls
         ]
     elif role == "tool":
         wire["tool_call_id"] = message.get("tool_call_id", "")

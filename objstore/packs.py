@@ -477,15 +477,9 @@ class BlockPackWriter(PackWriter):
         exact)``, in one loop: a seal's objects."""
         pending, pending_bytes, known_exact = self._pending, self._pending_bytes, self._exact
         for oid, content, exact in contents:
-            group = block_group(content)
-            if len(content) > ALONE_ABOVE and pending[group]:
-                self._flush_group(group)  # a block of its own (ALONE_ABOVE)
-            pending[group][oid] = content  # a new dict after each flush of the group
             if exact:
                 known_exact.add(oid)
-            pending_bytes[group] += len(content)
-            if pending_bytes[group] >= BLOCK_BYTES:
-                self._flush_group(group)
+            _put_in_block(pending, pending_bytes, oid, content, self._flush_group)
 
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Add objects by their stored form as plain records (a damaged copy kept as it is)."""
@@ -613,6 +607,26 @@ def block_group(content: bytes) -> int:
     return _OTHER_NODE
 
 
+def _put_in_block(
+    pending: list[dict[str, bytes]],
+    pending_bytes: list[int],
+    oid: str,
+    content: bytes,
+    flush: Callable[[int], None],
+) -> None:
+    """Put an object in its group's block being filled (FORMAT.md 5.5), writing that
+    block (``flush``, which empties its entry of both lists) once it passes
+    BLOCK_BYTES, and before an object within reach of the size limit, which gets a
+    block of its own (ALONE_ABOVE). The one fill rule of seals, merges and pushes."""
+    group = block_group(content)
+    if len(content) > ALONE_ABOVE and pending[group]:
+        flush(group)
+    pending[group][oid] = content  # a new dict after each flush of the group
+    pending_bytes[group] += len(content)
+    if pending_bytes[group] >= BLOCK_BYTES:
+        flush(group)
+
+
 _JSON_KINDS: Final = frozenset({b"blob\0", b"node\0"})
 
 
@@ -687,13 +701,7 @@ def encode_block_pack(contents: Iterable[tuple[str, bytes]]) -> tuple[bytes, byt
     for oid, content in contents:
         if oid in entries or any(oid in waiting for waiting in pending):
             continue
-        group = block_group(content)
-        if len(content) > ALONE_ABOVE and pending[group]:
-            flush(group)  # a block of its own (ALONE_ABOVE)
-        pending[group][oid] = content
-        pending_bytes[group] += len(content)
-        if pending_bytes[group] >= BLOCK_BYTES:
-            flush(group)
+        _put_in_block(pending, pending_bytes, oid, content, flush)
     for group in range(BLOCK_GROUPS):
         if pending[group]:
             flush(group)

@@ -347,12 +347,12 @@ class RefStore:
     def _parsed(name: str, data: bytes) -> RefRecord:
         try:
             body = canonical.loads(data)
-            target = body["target"]
-            if target is not None and type(target) is not str:  # a node id, or sessions/<id>
-                raise TypeError
-            return RefRecord(name, int(body["generation"]), target, body)
+            record = RefRecord(name, int(body["generation"]), body["target"], body)
         except (ValueError, KeyError, TypeError):
-            raise StoreFormatError(f"ref {name} is unreadable") from None
+            record = None
+        if record is None or not (record.target is None or type(record.target) is str):
+            raise StoreFormatError(f"ref {name} is unreadable")  # a target is an id, or null
+        return record
 
     def _read_pinned(self, name: str, stripe: _Stripe) -> RefRecord | None:
         """``_read_file``, for a ref this handle updates again and again (a session it
