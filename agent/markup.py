@@ -42,6 +42,10 @@ from pygments.util import ClassNotFound
 from .control_chars import visible
 
 HIGHLIGHT_LINES_MAX: Final = 2_000  # longer code is shown plain: highlighting is costly
+HIGHLIGHT_CHARS_MAX: Final = 200_000  # so is code of fewer, longer lines
+MARKDOWN_CHARS_MAX: Final = 1_000_000
+"""Longer text is shown as it is, escaped in a ``pre``, not rendered as Markdown: the
+parser takes about a second a MB (an export of a 128 MiB message took minutes)."""
 _TOKEN_CLASSES: Final = frozenset(c for c in STANDARD_TYPES.values() if c)
 _TAGS: Final = frozenset(
     {"p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code",
@@ -95,7 +99,10 @@ def sanitize(fragment: str) -> str:
 
 
 def markdown_html(text: str) -> str:
-    """Message text rendered as Markdown, sanitised (see the module's docstring)."""
+    """Message text rendered as Markdown, sanitised (see the module's docstring); text
+    over MARKDOWN_CHARS_MAX as it is (``code_html``)."""
+    if len(text) > MARKDOWN_CHARS_MAX:
+        return code_html(text)
     return sanitize(_MARKDOWN.render(visible(text, multiline=True)))
 
 
@@ -112,7 +119,7 @@ def code_spans(code: str, lang: str) -> str | None:
     to put in a ``<pre>``; None for an unknown language or code too long to colour.
     The caller makes hidden characters visible first."""
     lexer = _lexer(lang.strip().lower()[:40]) if lang.strip() else None
-    if lexer is None or code.count("\n") > HIGHLIGHT_LINES_MAX:
+    if lexer is None or len(code) > HIGHLIGHT_CHARS_MAX or code.count("\n") > HIGHLIGHT_LINES_MAX:
         return None
     return str(highlight(code, lexer, _FORMATTER))
 

@@ -27,6 +27,10 @@ from .markup import HIGHLIGHT_CSS, code_html, markdown_html, text_html
 from .messages import calls_of
 
 FOLD_OVER: Final = 12  # lines of tool output shown before it is folded away
+SHOWN_CHARS: Final = 50_000
+"""Characters of one text of an entry (its message, thinking, a call's arguments, a
+tool's output) that a page linking to the whole entry shows (``entry_html``'s
+``whole``): a message may hold 128 MiB, which sent whole made a page of 134 MB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,11 @@ def _text(message: Any) -> str:
     return content_text(message.get("content"))
 
 
-def _arguments(call: dict[str, Any]) -> str:
-    if "arguments_raw" in call:
-        return str(call["arguments_raw"])
-    return json.dumps(call.get("arguments", {}), ensure_ascii=False, indent=2)
+def _arguments(args: Any) -> str:
+    """A call's arguments (``_call_parts``) as text: the raw text a model sent as it is."""
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False, indent=2)
 
 
 def _fence(text: str, lang: str = "") -> list[str]:
@@ -85,11 +90,21 @@ def _fence(text: str, lang: str = "") -> list[str]:
 
 
 def _longest_backticks(text: str) -> int:
-    best = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        best = max(best, run)
-    return best
+    """The longest run of backticks in ``text``, found by substring searches (a run of
+    n holds one of every shorter length): a few scans at C speed, where a loop over
+    the characters took 14 s of a message of 128 MiB."""
+    if "`" not in text:
+        return 0
+    found, absent = 1, 2  # a run of ``found`` is in the text, one of ``absent`` is not
+    while "`" * absent in text:
+        found, absent = absent, absent * 2
+    while absent - found > 1:
+        middle = (found + absent) // 2
+        if "`" * middle in text:
+            found = middle
+        else:
+            absent = middle
+    return found
 
 
 # -- Markdown ---------------------------------------------------------------------
@@ -131,6 +146,12 @@ def _md_code(value: Any) -> str:
     ticks = "`" * (_longest_backticks(text) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def entry_markdown(entry: LogEntry) -> str:
+    """One entry whole, as the Markdown transcript has it (the session browser's link
+    to the whole of an entry it shows cut)."""
+    return "\n".join(_md_entry(entry)).rstrip() + "\n"
 
 
 def _md_entry(entry: LogEntry) -> list[str]:
@@ -182,9 +203,9 @@ def _md_entry(entry: LogEntry) -> list[str]:
         # Message text is shown as text: a fence keeps Markdown and HTML in it inert.
         out += [*_fence(text, "text"), ""]
     for call in calls_of(msg):
-        name, cid = _md_code(call.get("name", "?")), _md_code(call.get("id", ""))
-        out += [f"**tool call** {name} {cid}", ""]
-        out += [*_fence(_arguments(call), "json"), ""]
+        cid, name, args = _call_parts(call)
+        out += [f"**tool call** {_md_code(name)} {_md_code(cid)}", ""]
+        out += [*_fence(_arguments(args), "json"), ""]
     return out
 
 
@@ -318,7 +339,7 @@ overflow-wrap:anywhere}
 details.call{border:1px solid var(--line);border-radius:.4rem;padding:.2rem .5rem;
 background:var(--bg)}details.call>summary{color:var(--fg)}
 .result{border-top:1px dashed var(--line);margin-top:.3rem;padding-top:.3rem}
-.ok{color:#1a7f37}.failed{color:#cf222e}
+.ok{color:#1a7f37}.failed{color:#cf222e}.more{color:var(--muted);font-size:.85rem;margin:.2rem 0}
 .files-changed{list-style:none;margin:.3rem 0;padding:0;font-size:.85rem}
 .files-changed .change{color:var(--muted);display:inline-block;min-width:4.5rem}
 .marker{border-left:4px solid #c98a00;background:var(--mark);padding:.6rem .8rem;margin:1rem 0;
@@ -384,6 +405,9 @@ def anchor(node_id: str) -> str:
 
 
 Controls = Callable[[LogEntry], str]
+Whole = Callable[[LogEntry], str] | None
+"""The address of an entry's whole text, for a page that shows each text of an entry
+up to SHOWN_CHARS; None: every text whole (an export)."""
 
 
 def _no_controls(_entry: LogEntry) -> str:
@@ -426,9 +450,34 @@ def _cost(meta: dict[str, Any]) -> str:
     return " · ".join(out)
 
 
-def entry_html(shown: ShownEntry, controls: Controls = _no_controls) -> str:
+def _cut(text: str, entry: LogEntry, whole: Whole) -> tuple[str, str]:
+    """``text`` as a page shows it: whole, or with ``whole`` its first SHOWN_CHARS and
+    the HTML of a note linking to the entry's whole text (else an empty note)."""
+    if whole is None or len(text) <= SHOWN_CHARS:
+        return text, ""
+    more = len(text) - SHOWN_CHARS
+    return text[:SHOWN_CHARS], (
+        f'<p class="more">… {more:,} more characters: '
+        f'<a href="{html.escape(whole(entry))}">the whole entry as text</a></p>'
+    )
+
+
+def _markdown(text: str, entry: LogEntry, whole: Whole) -> str:
+    """Message text as Markdown in a ``div``, cut as ``_cut`` says."""
+    shown, note = _cut(text, entry, whole)
+    return f'<div class="md">{markdown_html(shown)}</div>{note}'
+
+
+def _code(text: str, entry: LogEntry, whole: Whole, lang: str = "") -> str:
+    """Code or output in a ``pre``, cut as ``_cut`` says."""
+    shown, note = _cut(text, entry, whole)
+    return code_html(shown, lang) + note
+
+
+def entry_html(shown: ShownEntry, controls: Controls = _no_controls, whole: Whole = None) -> str:
     """One entry as HTML: a message (its tool calls folded, each with its result), a
-    compaction marker, or a tool result that answers no call of the transcript."""
+    compaction marker, or a tool result that answers no call of the transcript.
+    ``whole``: each text is cut to SHOWN_CHARS, with a link to the whole (``Whole``)."""
     entry = shown.entry
     n = entry.node
     msg = _message(entry)
@@ -440,7 +489,7 @@ def entry_html(shown: ShownEntry, controls: Controls = _no_controls) -> str:
         return (
             f'<section class="marker compaction{outside}" {ident}>{head}'
             "<p>Earlier turns were summarised; from here the model saw:</p>"
-            f'<div class="md">{markdown_html(_text(msg))}</div></section>'
+            f"{_markdown(_text(msg), entry, whole)}</section>"
         )
     role = str(msg.get("role", "?"))
     css = role if role in ("user", "assistant", "tool", "system") else "system"
@@ -449,18 +498,18 @@ def entry_html(shown: ShownEntry, controls: Controls = _no_controls) -> str:
         label = f'<span class="role">tool result · {text_html(str(name))}</span>'
         return (
             f'<article class="msg tool{outside}" {ident}>{_header(entry, label, controls)}'
-            f"{_output(msg, entry)}{_files_html(entry)}</article>"
+            f"{_output(msg, entry, whole)}{_files_html(entry)}</article>"
         )
     body = []
     if msg.get("thinking"):
         body.append(
             '<details class="thinking"><summary>thinking</summary>'
-            f'<div class="md">{markdown_html(str(msg["thinking"]))}</div></details>'
+            f"{_markdown(str(msg['thinking']), entry, whole)}</details>"
         )
     text = _text(msg)
     if text:
-        body.append(f'<div class="md">{markdown_html(text)}</div>')
-    body += [_call_html(call, controls) for call in shown.calls]
+        body.append(_markdown(text, entry, whole))
+    body += [_call_html(call, entry, controls, whole) for call in shown.calls]
     label = f'<span class="role">{text_html(role)}</span>'
     return (
         f'<article class="msg {css}{outside}" {ident}>{_header(entry, label, controls)}'
@@ -472,9 +521,9 @@ _FILE_TOOLS: Final = frozenset({"write_file", "edit_file"})
 _ARGUMENT_LANGUAGE: Final = {"shell": ("command", "bash")}
 
 
-def _call_html(call: ToolCall, controls: Controls) -> str:
-    """A tool call folded to one line (name, arguments in short, outcome, the file it
-    changed), unfolding to its arguments and the result that answered it."""
+def _call_html(call: ToolCall, caller: LogEntry, controls: Controls, whole: Whole) -> str:
+    """A tool call of ``caller`` folded to one line (name, arguments in short, outcome,
+    the file it changed), unfolding to its arguments and the result that answered it."""
     e = html.escape
     outcome = ""
     if call.result is not None:
@@ -496,18 +545,18 @@ def _call_html(call: ToolCall, controls: Controls) -> str:
     key, lang = _ARGUMENT_LANGUAGE.get(call.name, ("", ""))
     args = call.arguments
     if key and isinstance(args, dict) and isinstance(args.get(key), str) and len(args) == 1:
-        shown_args = code_html(args[key], lang)
+        shown_args = _code(args[key], caller, whole, lang)
     elif isinstance(args, str):
-        shown_args = code_html(args)
+        shown_args = _code(args, caller, whole)
     else:
-        shown_args = code_html(json.dumps(args, ensure_ascii=False, indent=2), "json")
+        shown_args = _code(json.dumps(args, ensure_ascii=False, indent=2), caller, whole, "json")
     result = ""
     if call.result is not None:
         r = call.result
         head = _header(r, '<span class="role">result</span>', controls)
         result = (
             f'<div class="result" id="{anchor(r.id)}" data-node="{r.id}">{head}'
-            f"{_output(_message(r), r)}{_files_html(r)}</div>"
+            f"{_output(_message(r), r, whole)}{_files_html(r)}</div>"
         )
     return f'<details class="call" data-call="{e(call.id)}">{summary}{shown_args}{result}</details>'
 
@@ -532,30 +581,33 @@ def _change_word(before: str | None, after: str | None) -> str:
 
 
 def _short_arguments(call: ToolCall) -> str:
+    """The arguments on one line of at most 100 characters; each value is cut before it
+    is joined, so a write of a huge file costs its first characters only."""
     args = call.arguments
     if isinstance(args, dict):
         if len(args) == 1 or call.name in _FILE_TOOLS or call.name in _ARGUMENT_LANGUAGE:
-            first = next(iter(args.values()), "")
-            text = first if isinstance(first, str) else json.dumps(first, ensure_ascii=False)
+            text = _short_value(next(iter(args.values()), ""))
         else:
-            text = ", ".join(
-                f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
-                for k, v in args.items()
-            )
+            text = ", ".join(f"{k}={_short_value(v)}" for k, v in args.items())
     else:
-        text = str(args)
-    text = " ".join(text.split())
+        text = _short_value(args)
+    text = " ".join(text[:200].split())
     return text if len(text) <= 100 else text[:99] + "…"
 
 
-def _output(msg: dict[str, Any], entry: LogEntry) -> str:
+def _short_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text[:200]
+
+
+def _output(msg: dict[str, Any], entry: LogEntry, whole: Whole) -> str:
     """A tool's output: shown when short, folded in ``<details>`` when long."""
     text = _text(msg)
     lines = text.count("\n") + 1
     if lines <= FOLD_OVER and len(text) <= 2000:
         return code_html(text)
     label = f"output of {msg.get('tool_call_id', '')}: {lines} lines, {len(text):,} characters"
-    return f"<details><summary>{text_html(label)}</summary>{code_html(text)}</details>"
+    return f"<details><summary>{text_html(label)}</summary>{_code(text, entry, whole)}</details>"
 
 
 def render(t: Transcript, fmt: str) -> str:

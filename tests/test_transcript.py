@@ -8,6 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from agent.markup import MARKDOWN_CHARS_MAX
+from agent.transcript import _fence, _longest_backticks
 from cli.main import cli
 from objstore import Store
 
@@ -140,3 +142,45 @@ def test_html_lists_the_files_a_tool_result_changed(tmp_path: Path) -> None:
     assert '<span class="change">deleted</span> <code>gone.txt</code>' in lists[1]
     markdown = export(path, sid, "md")
     assert "- created `a.txt`" in markdown and "- deleted `gone.txt`" in markdown
+
+
+def test_markdown_shows_tool_calls_in_the_openai_shape(tmp_path: Path) -> None:
+    """A call stored as OpenAI sends it (``function``, arguments as JSON text) keeps its
+    name and arguments in the Markdown, as the HTML page shows them."""
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        function = {"name": "read_file", "arguments": '{"path": "src/app.py"}'}
+        call = {"id": "c9", "type": "function", "function": function}
+        s.append(sid, {"role": "assistant", "content": "", "tool_calls": [call]})
+    md = export(tmp_path / "s", sid, "md")
+    assert "**tool call** `read_file` `c9`" in md
+    assert '{"path": "src/app.py"}' in md
+
+
+def test_fences_outrun_any_backtick_run_in_the_text() -> None:
+    for longest in (0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 1000):
+        text = "a `b` ``c`` " + "`" * longest + " d"
+        assert _longest_backticks(text) == max(longest, 2)
+        fence = _fence(text)
+        assert fence[0] == "`" * max(3, max(longest, 2) + 1)
+    assert _longest_backticks("no ticks") == 0
+    assert _longest_backticks("`") == 1
+
+
+def test_a_huge_message_exports_whole_as_text_not_markdown(tmp_path: Path) -> None:
+    """Past MARKDOWN_CHARS_MAX, text is shown escaped in a ``pre``: all of it, inert."""
+    huge = ("# not a heading " + HOSTILE + "\n") * (MARKDOWN_CHARS_MAX // 90 + 1)
+    assert len(huge) > MARKDOWN_CHARS_MAX
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        s.append(sid, {"role": "assistant", "content": huge})
+        s.append(sid, {"role": "user", "content": "# a heading"})
+    page = export(tmp_path / "s", sid, "html")
+    assert "<h1>a heading</h1>" in page  # a short message is still Markdown
+    assert "<h1>not a heading" not in page
+    assert page.count("# not a heading &lt;script&gt;") == huge.count("# not a heading")
+    parsed = _Collect()
+    parsed.feed(page)
+    assert "script" not in parsed.tags and "img" not in parsed.tags
+    md = export(tmp_path / "s", sid, "md")
+    assert huge in md

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from agent.transcript import SHOWN_CHARS
 from cli.main import cli
 from objstore import Store
 from tests.web_server import Server, ags_serve
@@ -267,3 +268,36 @@ def test_live_events_append_reload_and_gone(site: tuple[Server, Demo, Path]) -> 
         with Store.open(store) as s:
             s.delete(sid)
         assert next_event(lines)[0] == "gone"
+
+
+def test_a_long_text_is_cut_on_the_page_and_linked_whole(tmp_path: Path) -> None:
+    """Each text of an entry is shown up to SHOWN_CHARS: a message of many MB made a page
+    of as many MB. The rest is a link away: the whole entry, as plain text."""
+    long = "".join(f"line {i:07d} <b>x</b>\n" for i in range(SHOWN_CHARS // 10))
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session(title="long")
+        said = s.append(sid, {"role": "assistant", "content": long})
+        call = {"id": "c1", "name": "write_file", "arguments": {"path": "a.txt", "content": long}}
+        asked = s.append(sid, {"role": "assistant", "content": "", "tool_calls": [call]})
+        ran = s.append(sid, {"role": "tool", "tool_call_id": "c1", "content": long})
+        s.append(sid, {"role": "user", "content": "short"})
+    more = f"{len(long) - SHOWN_CHARS:,} more characters"
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        page = c.get(f"/s/{sid}").text
+        assert len(page) < 4 * SHOWN_CHARS * 2  # three texts cut, escaped
+        assert page.count(more) == 2  # the message and the output; the call's is its JSON
+        assert page.count(" more characters: <a href=") == 3
+        links = re.findall(r'<a href="(/text/[0-9a-f]{64})">the whole entry as text</a>', page)
+        assert sorted(links) == sorted(f"/text/{n}" for n in (said, asked, ran))
+        assert "line 0000000 &lt;b&gt;x&lt;/b&gt;" in page and "short" in page
+        for node, shown in ((said, long), (asked, json.dumps(long)), (ran, long)):
+            whole = c.get(f"/text/{node}")
+            assert whole.status_code == 200
+            assert whole.headers["content-type"] == "text/plain; charset=utf-8"
+            assert shown in whole.text  # the call's arguments as the JSON they are
+        assert '"path": "a.txt"' in c.get(f"/text/{asked}").text
+        at = c.get(f"/s/{sid}/at/{said}").text
+        assert more in at and f'href="/text/{said}"' in at
+        assert c.get(f"/text/{'0' * 64}").status_code == 404
+        assert c.get("/text/nothex").status_code == 404
+        assert c.get(f"/s/{sid}/at/{'0' * 64}").status_code == 404

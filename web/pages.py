@@ -22,6 +22,7 @@ from agent.transcript import (
     context_entries,
     context_ids,
     entry_html,
+    entry_markdown,
     shown_entries,
     transcript_entries,
 )
@@ -29,6 +30,7 @@ from agent.transcript import render as render_transcript
 from objstore import (
     InvalidInput,
     LogEntry,
+    ObjectMissing,
     SearchHit,
     SearchIndex,
     SessionInfo,
@@ -157,6 +159,11 @@ def entry_controls(sid: str, read_only: bool) -> Callable[[LogEntry], str]:
     return lambda entry: f'<a class="act" href="/s/{sid}/at/{entry.id}">fork · tag</a>'
 
 
+def whole_entry(entry: LogEntry) -> str:
+    """The address of an entry's whole text, where a page shows it cut (``entry_text``)."""
+    return f"/text/{entry.id}"
+
+
 class RenderedEntries:
     """The HTML of entries already rendered, by what decides it: the node (content-
     addressed, so never stale), the results paired with its calls, whether the model
@@ -184,7 +191,7 @@ class RenderedEntries:
             if html is not None:
                 self._items.move_to_end(key)
                 return html
-        html = entry_html(item, entry_controls(sid, read_only))
+        html = entry_html(item, entry_controls(sid, read_only), whole_entry)
         with self._lock:
             self._items[key] = html
             while len(self._items) > self.limit:
@@ -246,17 +253,36 @@ def session_page(request: Request) -> Response:
 # -- one message: fork or tag there -------------------------------------------------------
 
 
-def at_node_page(request: Request) -> Response:
-    sid = _session_id(request)
+def _entry(request: Request, handle: Store) -> LogEntry:
+    """The entry at the page's node: UnknownSpec (a 404) for no such node."""
     node = request.path_params["node"]
     if not NODE_RE.fullmatch(node):
         raise UnknownSpec(f"no node {node}")
+    try:
+        at = handle.node(node)
+    except ObjectMissing:
+        raise UnknownSpec(f"no node {node}") from None
+    return LogEntry(at, handle.blob(at.content))
+
+
+def at_node_page(request: Request) -> Response:
+    sid = _session_id(request)
     with store(request) as handle:
         info = handle.session(sid)
-        at = handle.node(node)
-        entry = LogEntry(at, handle.blob(at.content))
+        entry = _entry(request, handle)
+    node = entry.id
     shown = ShownEntry(entry, (), True)
-    return render(request, "at.html", info=info, node=node, entry=Markup(entry_html(shown)))
+    html = entry_html(shown, whole=whole_entry)
+    return render(request, "at.html", info=info, node=node, entry=Markup(html))
+
+
+def entry_text(request: Request) -> Response:
+    """One entry whole, as the Markdown transcript has it, as plain text: where a page
+    shows a long text cut (SHOWN_CHARS), it links here. Node ids name content, so the
+    address is the store's, not a session's."""
+    with store(request) as handle:
+        text = entry_markdown(_entry(request, handle))
+    return Response(visible(text, multiline=True), media_type="text/plain; charset=utf-8")
 
 
 # -- the fork graph and diffs ---------------------------------------------------------------
@@ -348,4 +374,5 @@ ROUTES: Final = [
     Route("/s/{sid}/graph", graph_page),
     Route("/s/{sid}/at/{node}", at_node_page),
     Route("/s/{sid}/export/{fmt}", export_file),
+    Route("/text/{node}", entry_text),
 ]
