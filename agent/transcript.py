@@ -469,9 +469,10 @@ def _markdown(text: str, entry: LogEntry, whole: Whole) -> str:
 
 
 def _code(text: str, entry: LogEntry, whole: Whole, lang: str = "") -> str:
-    """Code or output in a ``pre``, cut as ``_cut`` says."""
+    """Code or output in a ``pre``, cut as ``_cut`` says (and then not highlighted: the
+    lexer would mark the cut end, an unclosed string, as an error)."""
     shown, note = _cut(text, entry, whole)
-    return code_html(shown, lang) + note
+    return code_html(shown, "" if note else lang) + note
 
 
 def entry_html(shown: ShownEntry, controls: Controls = _no_controls, whole: Whole = None) -> str:
