@@ -28,7 +28,11 @@ the calls, and ``unanswered_calls`` matches them within that group only, by
 id and else by position, never across the context.
 
 Each client turns that into its wire format and turns the reply back with the
-builders here, so both providers produce exactly the same shapes.
+builders here, so both providers produce exactly the same shapes. A stored
+message may hold another shape (a library caller's, an imported export's):
+its content goes to a server as text (``wire_content``; OpenAI text and image
+parts stay parts on OpenAI's wire), and its calls as id, name and an object of
+arguments (``wire_call``), so no past message makes a server refuse a request.
 """
 
 from __future__ import annotations
@@ -125,6 +129,54 @@ def calls_of(message: Any) -> list[dict[str, Any]]:
     whatever reads one must not fail on it."""
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def wire_content(content: Any, *, parts: bool = False) -> Any:
+    """A stored message's content as a model server takes it (PROTOCOLS.md): a string,
+    or with ``parts`` (OpenAI's wire) a list of text and image parts as stored. Any
+    other shape a library caller or an import stored (Anthropic blocks, an object, a
+    number) goes as its text, or as its JSON where it holds none: sent as it is, the
+    server refused the whole request (Ollama: "cannot unmarshal array")."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if parts and isinstance(content, list) and content and all(map(_is_wire_part, content)):
+        return content
+    from objstore import content_text  # here: it loads search (sqlite3), seldom needed
+
+    text = content_text(content)
+    if text or content == [] or content == {}:
+        return text
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _is_wire_part(part: Any) -> bool:
+    """A content part OpenAI's wire takes: ``text`` with its text, or ``image_url``."""
+    if not isinstance(part, dict):
+        return False
+    if part.get("type") == "text":
+        return isinstance(part.get("text"), str)
+    return part.get("type") == "image_url" and isinstance(part.get("image_url"), dict)
+
+
+def wire_call(call: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(id, name, arguments) of a stored tool call as a server takes them back: in ags's
+    shape or OpenAI's (``function``, arguments as JSON text), the arguments an object
+    (never ``arguments_raw``: vLLM parses the arguments of past calls and fails the
+    whole request on bad JSON)."""
+    fn = call["function"] if isinstance(call.get("function"), dict) else call
+    call_id, name, arguments = call.get("id"), fn.get("name"), fn.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = parse_json(arguments, ARGUMENTS_DEPTH)
+        except ValueError:
+            arguments = None
+    return (
+        call_id if isinstance(call_id, str) else "",
+        name if isinstance(name, str) else "",
+        arguments if isinstance(arguments, dict) else {},
+    )
 
 
 def new_call_id() -> str:

@@ -25,6 +25,8 @@ from agent.messages import (
     reported_count,
     token_count,
     tool_call,
+    wire_call,
+    wire_content,
 )
 
 DEFAULT_OLLAMA_MODEL = "gemma4"
@@ -84,20 +86,14 @@ def _same_ollama_model(a: Any, b: str) -> bool:
 def ollama_wire_message(message: Message) -> dict[str, Any]:
     """An internal message as Ollama's ``/api/chat`` wants it."""
     role = message.get("role", "")
-    wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+    wire: dict[str, Any] = {"role": role, "content": wire_content(message.get("content"))}
     if role == "assistant":
         if message.get("thinking"):
-            wire["thinking"] = message["thinking"]
+            wire["thinking"] = wire_content(message["thinking"])
         if calls := calls_of(message):
             wire["tool_calls"] = [
-                {
-                    "id": call.get("id", ""),
-                    "function": {
-                        "name": call.get("name", ""),
-                        "arguments": call.get("arguments", {}),
-                    },
-                }
-                for call in calls
+                {"id": call_id, "function": {"name": name, "arguments": arguments}}
+                for call_id, name, arguments in map(wire_call, calls)
             ]
     elif role == "tool":
         wire["tool_name"] = message.get("name", "")

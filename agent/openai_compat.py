@@ -29,6 +29,8 @@ from agent.messages import (
     reported_count,
     token_count,
     tool_call,
+    wire_call,
+    wire_content,
 )
 
 DEFAULT_OPENAI_BASE_URL = "http://localhost:8000"  # vLLM's default port
@@ -39,21 +41,17 @@ def openai_wire_message(message: Message) -> dict[str, Any]:
     """An internal message as ``/v1/chat/completions`` wants it."""
     role = message.get("role", "")
     # An empty string, not null, next to tool calls: some servers reject null content.
-    wire: dict[str, Any] = {"role": role, "content": message.get("content") or ""}
+    content = wire_content(message.get("content"), parts=True)
+    wire: dict[str, Any] = {"role": role, "content": content}
     calls = calls_of(message) if role == "assistant" else []
     if calls:
         wire["tool_calls"] = [
             {
-                "id": call.get("id", ""),
+                "id": call_id,
                 "type": "function",
-                "function": {
-                    "name": call.get("name", ""),
-                    # The parsed form, never arguments_raw: vLLM json-decodes the
-                    # arguments of past calls and fails the whole request on bad JSON.
-                    "arguments": json.dumps(call.get("arguments", {}), ensure_ascii=False),
-                },
+                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
             }
-            for call in calls
+            for call_id, name, args in map(wire_call, calls)
         ]
     elif role == "tool":
         wire["tool_call_id"] = message.get("tool_call_id", "")

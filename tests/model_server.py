@@ -90,12 +90,39 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 DEFAULT_TEXT = "This is the fake model's default reply."
 CREATED = 1746007000
+_GO_KINDS: Final = {list: "array", dict: "object", bool: "bool", int: "number", float: "number"}
+
+
+def _ollama_unbound(body: Any) -> str | None:
+    """The error Ollama's decoding of ``/api/chat`` into its Go structs answers (400) for
+    a message field of the wrong JSON type: ``content``, ``thinking``, ``tool_name``
+    are strings, a call's ``arguments`` an object. None when it decodes."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        fields = [(k, message.get(k), str) for k in ("content", "thinking", "tool_name")]
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                fields.append(("tool_calls.function.arguments", fn.get("arguments"), dict))
+        for name, value, wanted in fields:
+            if value is not None and not isinstance(value, wanted):
+                kind = _GO_KINDS.get(type(value), "string")
+                go_type = "string" if wanted is str else "api.ToolCallFunctionArguments"
+                return (
+                    f"json: cannot unmarshal {kind} into Go struct field "
+                    f"ChatRequest.messages.{name} of type {go_type}"
+                )
+    return None
+
+
 OLLAMA_OVERFLOW = (
     "the prompt is longer than the context length currently available to the model; "
     "shorten the prompt, adjust the context length in settings, or use a model with a "
@@ -559,6 +586,10 @@ class _Handler(BaseHTTPRequestHandler):
     # --- Ollama native --------------------------------------------------------
 
     def _ollama_chat(self, body: dict[str, Any]) -> None:
+        refused = _ollama_unbound(body)
+        if refused:  # Go's JSON decoding of the request, before anything else
+            self._send_json(400, {"error": refused})
+            return
         reply = self._common_checks(body, openai=False)
         if reply is None:
             return

@@ -17,12 +17,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from json_mutations import mutated
+from model_server import FakeModelServer
 
+from agent.http_chat import RetryPolicy
 from agent.messages import unanswered_calls, with_unique_call_ids
-from agent.ollama import ollama_wire_message
-from agent.openai_compat import openai_wire_message
+from agent.ollama import OllamaClient, ollama_wire_message
+from agent.openai_compat import OpenAIClient, openai_wire_message
 from cli.main import cli
 from objstore import AgsError, Store
+
+FAST = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.01, max_retry_after=0.05)
 
 
 def _good() -> list[dict[str, Any]]:
@@ -98,3 +102,58 @@ def test_messages_mutated_at_random_read_everywhere(tmp_path: Path, seed: int) -
     messages = [mutated(rng, m) if rng.random() < 0.6 else m for m in _good()]
     messages = [m if isinstance(m, dict) else {"role": "user", "content": m} for m in messages]
     _read_everything(tmp_path / "s", _session(tmp_path / "s", messages))
+
+
+# A stored context of shapes ags does not write itself: OpenAI content parts, Anthropic
+# blocks, an object, a number, a call in OpenAI's shape (arguments as JSON text).
+ODD_CONTEXT: list[dict[str, Any]] = [
+    {"role": "system", "content": [{"type": "text", "text": "You are terse."}]},
+    {"role": "user", "content": [{"type": "text", "text": "read"}, {"type": "tool_use"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+            },
+            {"id": "c2", "name": "read_file", "arguments": "not JSON"},
+        ],
+    },  # fmt: skip
+    {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": {"text": "hello"}},
+    {"role": "tool", "tool_call_id": "c2", "name": "read_file", "content": 42},
+    {"role": "user", "content": {"no": "text"}},
+]
+
+
+@pytest.mark.parametrize("wire", ["ollama", "openai"])
+def test_a_context_of_other_shapes_is_sent_as_the_server_takes_it(
+    tmp_path: Path, wire: str
+) -> None:
+    """Resumed, a stored message of another shape goes as text (or as content parts, to
+    an OpenAI server): Ollama refused the whole request ("cannot unmarshal array")."""
+    sid = _session(tmp_path / "s", ODD_CONTEXT)
+    with Store.open(tmp_path / "s") as store:
+        context = store.context(sid)
+    with FakeModelServer() as server:
+        server.add({"text": "ok"})
+        if wire == "ollama":
+            client: Any = OllamaClient(base_url=server.url, retry=FAST, timeout=5)
+        else:
+            client = OpenAIClient("gemma4", server.url, retry=FAST, timeout=5)
+        with client:
+            assert client.chat(context).message["content"] == "ok"
+        [sent] = server.chat_bodies()
+    contents = [m["content"] for m in sent["messages"]]
+    if wire == "ollama":
+        assert contents[:2] == ["You are terse.", "read"]
+    else:  # parts as stored where OpenAI's wire takes them
+        assert contents[:2] == [ODD_CONTEXT[0]["content"], "read"]
+    assert contents[2:] == ["", "hello", "42", '{"no": "text"}']
+    calls = sent["messages"][2]["tool_calls"]
+    arguments = [c["function"]["arguments"] for c in calls]
+    if wire == "openai":
+        arguments = [json.loads(a) for a in arguments]
+    assert [c["function"]["name"] for c in calls] == ["read_file", "read_file"]
+    assert arguments == [{"path": "a.txt"}, {}]
