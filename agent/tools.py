@@ -314,6 +314,8 @@ class Toolbox:
         if timeout > SHELL_TIMEOUT_MAX:
             timeout = SHELL_TIMEOUT_MAX
             note = f" (timeout capped at {SHELL_TIMEOUT_MAX} s)"
+        if "\x00" in args["command"]:  # exec refuses it ("invalid argument")
+            raise _ToolFailed("command contains a NUL character, which no command can hold")
         result = self.sandbox.run(args["command"], timeout)
         output = result.output
         if output and not output.endswith("\n"):

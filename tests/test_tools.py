@@ -361,6 +361,14 @@ def test_shell_runs_in_the_project_and_reports_the_exit_code(sandbox: Sandbox) -
     assert not failed.ok and failed.content == "oops\n[exit code 4]"
 
 
+def test_shell_says_a_nul_character_cannot_be_in_a_command(sandbox: Sandbox) -> None:
+    tools = Toolbox(sandbox.project_root, sandbox, {})
+    out = tools.run("shell", {"command": "echo a\x00b"})
+    assert not out.ok
+    assert out.content == "error: command contains a NUL character, which no command can hold"
+    assert tools.run("shell", {"command": "echo still here"}).content.startswith("still here")
+
+
 def test_shell_timeout_is_reported_to_the_model(sandbox: Sandbox) -> None:
     out = Toolbox(sandbox.project_root, sandbox, {}).run(
         "shell", {"command": "echo begun; sleep 60", "timeout": 1}
