@@ -126,7 +126,7 @@ def _named_remote(
         return args[0], args[1:]
     if args and (everything or len(args) > 1) and not _names_a_ref(store, args[0], known):
         names = ", ".join(sorted(known)) or "none (ags remote add NAME URL)"
-        raise BadRemote(f"no remote named {args[0]}; remotes: {names}")
+        raise BadRemote(f"no remote named {args[0]!r}; remotes: {names}")
     return _pick_remote(store, None), args
 
 

@@ -199,7 +199,7 @@ def test_a_push_or_pull_naming_no_remote_says_so_and_lists_the_remotes(
     with Store.open(store) as s:
         sid = s.new_session(title="one")
         s.append(sid, {"role": "user", "content": "hi"})
-    message = "no remote named nosuch; remotes: disk, usb"
+    message = "no remote named 'nosuch'; remotes: disk, usb"
     refused(store, "push", "nosuch", "--all", message=message)
     refused(store, "push", "nosuch", sid, message=message)
     refused(store, "pull", "nosuch", sid, message=message)
