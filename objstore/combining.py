@@ -21,7 +21,11 @@ every time: one write and one fsync per append, as before.
 
 A queued thread that is interrupted (Ctrl-C in the main thread) still waits
 until its append is done, and then raises: its append is being written by
-another thread, and a leader must never wait for a thread that left.
+another thread, and a leader must never wait for a thread that left. A leader
+interrupted before it took the queue (waiting for the handle's turn) withdraws
+its own append, which raises, and hands the lead on: left in the queue, the
+append came back without an id, and the lead was handed to it, a thread no
+longer waiting, so every later append waited for good.
 """
 
 from __future__ import annotations
@@ -86,6 +90,13 @@ class AppendQueue:
                 return False
             self._leading = True
             return True
+
+    def withdraw(self, append: QueuedAppend) -> None:
+        """Take a leader's own append out of the queue: it was interrupted before it
+        took the queue, and the lead goes to the next (``pass_lead``), not to it."""
+        with self._mutex:
+            if append in self._queued:
+                self._queued.remove(append)
 
     def take(self) -> list[QueuedAppend]:
         """Everything queued, for the leader to run (in the handle's turn)."""

@@ -689,6 +689,9 @@ class Store:
                 if written:
                     self.objects.commit(left=hand_on)
         except BaseException as e:  # a failed write or fsync, or this thread interrupted
+            if not taken:  # before taking the queue: this thread's append alone fails
+                self._appends.withdraw(mine)
+                mine.error = e
             for queued in taken:
                 if queued in written or (queued.result is None and queued.error is None):
                     queued.error = e

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -150,6 +151,59 @@ def test_an_append_that_fails_fails_only_its_own_thread(tmp_path: Path) -> None:
     with Store.open(tmp_path / "store") as store:
         for t in range(1, 6):
             assert [e.id for e in store.log(sids[t])][::-1] == heads[t]
+
+
+class _Interrupted(Exception):
+    """What this test's SIGINT handler raises, in place of KeyboardInterrupt."""
+
+
+def test_a_leader_interrupted_before_its_turn_leaves_the_others_going(tmp_path: Path) -> None:
+    """Ctrl-C in a thread that leads the queued appends (combining.py) while it waits
+    for the handle's turn: its append raises and is not written, and the thread
+    queued behind it leads. Its append used to stay queued and return None, and the
+    lead went to it, no longer waiting: every later append waited for good."""
+    with Store.open(tmp_path / "store") as store:
+        mine, other = store.new_session(), store.new_session()
+        in_batch, end_batch = threading.Event(), threading.Event()
+
+        def hold_the_turn() -> None:
+            with store.batch():  # a batch has the handle, and its turn, to itself
+                in_batch.set()
+                end_batch.wait(30)
+
+        holder = threading.Thread(target=hold_the_turn, daemon=True)
+        holder.start()
+        assert in_batch.wait(30)
+        written: list[str] = []
+        behind = threading.Thread(
+            target=lambda: written.append(store.append(other, {"role": "user", "content": "b"})),
+            daemon=True,
+        )
+
+        def interrupt_the_leader() -> None:
+            _until(lambda: store._appends._leading)  # this thread leads, waiting for the turn
+            behind.start()
+            _until(lambda: len(store._appends._queued) == 2)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+        def raise_interrupted(signum: int, frame: object) -> None:
+            raise _Interrupted
+
+        previous = signal.signal(signal.SIGINT, raise_interrupted)
+        try:
+            interrupter = threading.Thread(target=interrupt_the_leader, daemon=True)
+            interrupter.start()
+            with pytest.raises(_Interrupted):
+                store.append(mine, {"role": "user", "content": "interrupted"})
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            end_batch.set()
+        behind.join(30)
+        assert not behind.is_alive(), "the append queued behind waits for good"
+        assert len(written) == 1
+        assert store.append(mine, {"role": "user", "content": "again"})
+        assert [e.message["content"] for e in store.log(mine)] == ["again"]
+        assert [e.id for e in store.log(other)] == written
 
 
 def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
