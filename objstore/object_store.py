@@ -24,6 +24,7 @@ Every read is verified against the id.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -152,12 +153,15 @@ class ObjectStore:
         leave_turn: Callable[[], None] = lambda: None,
         before_files: Callable[[], None] = lambda: None,
         before_journal: Callable[[], None] = lambda: None,
+        retired: Callable[[], None] = lambda: None,
     ) -> None:
         self.root = root
         self._before_journal: Callable[[], None] | None = before_journal  # to version 4
         self._leave_turn = leave_turn  # turns.py: an append waits for its fsync outside
         self._before_blocks = before_blocks  # raises the store marker (FORMAT.md 2)
         self._before_files: Callable[[], None] | None = before_files  # to version 3
+        self._retired = retired  # a failed fsync retired the handle's pack (``retire_failed``)
+        self._uncut: OSError | None = None  # a retired pack could not be cut back
         self._root = os.fspath(root)
         self.pack_dir = root / "pack"
         self._tmp_dir = tmp_dir
@@ -565,6 +569,7 @@ class ObjectStore:
             self._before_files = None
         if self._seal is not None and self._seal.done:
             self._finish_seal()
+        self._refuse_if_failed()
         w = self._writer
         if unique and pack and w is not None and w.size < MAX_PACK_BYTES:
             if oid not in w.index:
@@ -583,6 +588,37 @@ class ObjectStore:
         else:
             atomic_write(self._tmp_dir, self.loose_path(oid), objects.stored_content(kind, content))
         return oid
+
+    def retire_failed(self) -> None:
+        """If an fsync of this handle's pack failed (shared_fsync.py), stop writing to it:
+        cut it back to what its last good fsync made durable (``PackWriter.cut_back``)
+        and let go of it, to be read and recovered as a dead writer's pack is; the
+        next write starts a new pack, and ``retired`` tells the Store to read again
+        the heads it remembered. Raises if the cut failed: this handle then writes
+        nothing more, since a head it would build on may be lost in a power loss."""
+        w = self._writer
+        if w is not None and w.failed is not None:
+            self._writer = None
+            try:
+                w.cut_back()
+            except OSError as e:
+                self._uncut = e
+            finally:
+                w.release()  # once the threads syncing it have raised
+                self._retired()
+        if self._uncut is not None:
+            raise OSError(
+                self._uncut.errno,
+                f"a pack whose fsync failed could not be cut back ({self._uncut.strerror}): "
+                "this store handle writes nothing more",
+            )
+
+    def _refuse_if_failed(self) -> None:
+        """Inside a write: a pack that failed since the write began is retired, and the
+        write refused (it may build on what the failure lost)."""
+        if (self._writer is not None and self._writer.failed is not None) or self._uncut:
+            self.retire_failed()
+            raise OSError(errno.EIO, "an fsync of this store's pack failed; nothing was written")
 
     def _pack_writer(self) -> PackWriter:
         w = self._writer
@@ -610,6 +646,7 @@ class ObjectStore:
             self._before_journal = None
         # The pack the update's objects went to, even past its size limit: sealing it
         # here would write ref files under the ref lock this update holds.
+        self._refuse_if_failed()
         w = self._writer if self._writer is not None else self._pack_writer()
         w.add_ref_update(update, write=write)
 
@@ -1085,6 +1122,8 @@ class ObjectStore:
         try:
             self._finish_seal()
         finally:
+            with suppress(OSError):
+                self.retire_failed()  # a pack whose fsync failed is cut back, not sealed
             if self._writer is not None:
                 self._seal_writer(self._writer)
                 self.repack()

@@ -251,6 +251,8 @@ class PackWriter:
             return
         held, start = self._held, self._in_file
         try:
+            if self._fsyncs.failed is not None:  # written past it, nothing is durable
+                raise OSError(self._fsyncs.failed.errno, "an fsync of this pack failed")
             if not self._zeroed:
                 write_all(self._fd, b"".join(held), start)
             else:
@@ -353,6 +355,22 @@ class PackWriter:
         wanted = self._in_file  # held records are the caller's to flush first
         if self._fsyncs.synced < wanted:
             self._fsyncs.cover(wanted, wanted, self._fsync_now)
+
+    @property
+    def failed(self) -> OSError | None:
+        """The error of a failed fsync of this pack: from then, nothing is written to
+        it (shared_fsync.py), and its handle retires it (``cut_back``)."""
+        return self._fsyncs.failed
+
+    def cut_back(self) -> None:
+        """After a failed fsync, cut the pack back to what the last fsync that returned
+        made durable, durably: what was written after it is of unknown durability,
+        and a later append chained on it could lose its parent in a power loss.
+        Cut, no reader takes it for a value (FORMAT.md 5.1: the end of a pack)."""
+        keep = max(self._fsyncs.synced, len(PACK_MAGIC))
+        os.ftruncate(self._fd, keep)
+        os.fsync(self._fd)
+        self.size = self._in_file = keep
 
     def _fsync_now(self) -> None:
         """One fsync (and of the directory, the first time)."""

@@ -339,6 +339,7 @@ class Store:
         self.path = path
         self.tmp_dir = path / "tmp"
         self.refs = RefStore(path / "refs", path / "logs", path / "locks", self.tmp_dir)
+        self._tips: dict[str, _Tip] = {}  # per session this handle writes
         self.objects = ObjectStore(
             path / "objects",
             self.tmp_dir,
@@ -348,13 +349,13 @@ class Store:
             self._turns.leave,
             partial(upgrade_marker, path, FILES_VERSION),
             partial(upgrade_marker, path, JOURNAL_VERSION),
+            self._tips.clear,  # a failed fsync cut the pack back: read the heads again
         )
         self.refs.journaled = self.objects.journaled
         # Nothing here may refer back to the handle: a cycle would keep a dropped
         # handle (and its locks) alive until the cycle collector happened to run.
         self._resolver = Resolver(self.refs, self.objects, partial(_read_node, self.objects))
         self._writers: dict[str, WriterLock] = {}
-        self._tips: dict[str, _Tip] = {}  # per session this handle writes
         # Per session: one append at a time, its fsync wait included (turns.py).
         self._session_turns: dict[str, threading.Lock] = {}
         self._batch_depth = 0
@@ -590,6 +591,7 @@ class Store:
         holds no lock (it may write more sessions than a process has file
         handles), and its end compares each ref's generation instead.
         """
+        self.objects.retire_failed()  # a pack whose fsync failed: heads read again
         if self._batch_depth:
             sid = self.session_id(session)
             tip = self._tips.get(sid)

@@ -325,17 +325,27 @@ def test_an_fsync_covers_what_came_before_it_and_a_later_write_runs_its_own_besi
     assert shared.synced == 40
 
 
-def test_a_failed_fsync_is_raised_by_its_thread_and_its_waiter_runs_another() -> None:
+def test_a_failed_fsync_fails_its_waiters_and_every_later_cover_past_what_was_synced() -> None:
+    """After a failed fsync nothing written since the last good one is known durable,
+    and a second fsync cannot tell (Linux reports a writeback error once): a waiter
+    that ran its own fsync then was told its bytes were durable."""
     from objstore.shared_fsync import SharedFsync
 
     shared, ran, gate = SharedFsync(), [], threading.Event()
+    _run_fsync(shared, 4, 4, ran, "good").join(30)
     failing = _run_fsync(shared, 10, 10, ran, "failing", gate, fail=True)
-    _until(lambda: ran == ["failing"])
-    waiting = _run_fsync(shared, 5, 10, ran, "waiting")
+    _until(lambda: ran == ["good", "failing"])
+    waiting = _run_fsync(shared, 8, 10, ran, "waiting")
     _waiting(shared, 1)
     gate.set()
     failing.join(30)
     waiting.join(30)
     assert [type(e) for e in failing.errors] == [OSError]  # type: ignore[attr-defined]
-    assert waiting.errors == []  # type: ignore[attr-defined]
-    assert ran == ["failing", "waiting"] and shared.synced == 10
+    assert [e.errno for e in waiting.errors] == [errno.EIO]  # type: ignore[attr-defined]
+    later = _run_fsync(shared, 12, 12, ran, "later")
+    later.join(30)
+    assert [e.errno for e in later.errors] == [errno.EIO]  # type: ignore[attr-defined]
+    before = _run_fsync(shared, 3, 12, ran, "before")  # synced before the failure
+    before.join(30)
+    assert before.errors == []  # type: ignore[attr-defined]
+    assert ran == ["good", "failing"] and shared.synced == 4

@@ -1,0 +1,100 @@
+"""A failed fsync of the pack being written (EIO from a failing disk): what was written
+since the last good fsync is of unknown durability, and a second fsync cannot tell
+(Linux reports a writeback error once and marks the pages clean). So every append
+that fsync was to cover fails, the pack is cut back to what was durable, and the
+next append starts a new pack from the heads that were durable: an append that
+raised is not in the store, one that returned is, and no history has a hole."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from objstore import Store, packs
+from objstore.fsck import check_store
+
+
+@pytest.fixture
+def failing_fsyncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[int]]:
+    """The numbers (1, 2, ...) of the pack fsyncs to fail with EIO, from now on."""
+    fail: set[int] = set()
+    count = [0]
+    lock = threading.Lock()
+    real = packs.PackWriter._fsync_now
+
+    def fsync_now(self: packs.PackWriter) -> None:
+        with lock:
+            count[0] += 1
+            failing = count[0] in fail
+        if failing:
+            raise OSError(errno.EIO, "Input/output error")
+        real(self)
+
+    monkeypatch.setattr(packs.PackWriter, "_fsync_now", fsync_now)
+    yield fail
+
+
+def _packed_bytes(store: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (store / "objects" / "pack").iterdir())
+
+
+def test_an_append_whose_fsync_failed_is_cut_and_the_next_starts_from_the_last_durable(
+    tmp_path: Path, failing_fsyncs: set[int]
+) -> None:
+    with Store.open(tmp_path / "s") as store:
+        sid = store.new_session()
+        first = store.append(sid, {"role": "user", "content": "first message"})
+        second = store.append(sid, {"role": "assistant", "content": "second message"})
+        failing_fsyncs.add(3)
+        with pytest.raises(OSError) as failed:
+            store.append(sid, {"role": "user", "content": "third message"})
+        assert failed.value.errno == errno.EIO
+        fourth = store.append(sid, {"role": "user", "content": "fourth message"})
+        assert b"third message" not in _packed_bytes(tmp_path / "s")  # cut from its pack
+        assert store.node(fourth).parent == second
+        assert [e.id for e in store.log(sid)] == [fourth, second, first]
+    with Store.open(tmp_path / "s") as store:
+        assert [e.message["content"] for e in store.log(sid)][::-1] == [
+            "first message", "second message", "fourth message"
+        ]  # fmt: skip
+        assert store.session(sid).messages == 3
+    with Store.open(tmp_path / "s") as store:
+        assert check_store(store).ok
+
+
+def test_threads_whose_fsync_failed_fail_and_the_others_are_all_there(
+    tmp_path: Path, failing_fsyncs: set[int]
+) -> None:
+    with Store.open(tmp_path / "s") as store:
+        sids = [store.new_session(title=f"thread {t}") for t in range(8)]
+        acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
+        failed = [0] * 8
+        failing_fsyncs.update({12, 40})
+
+        def work(t: int) -> None:
+            for i in range(30):
+                try:
+                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
+                except OSError as e:
+                    assert e.errno == errno.EIO
+                    failed[t] += 1
+                else:
+                    acknowledged[t].append(node)
+
+        threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not any(thread.is_alive() for thread in threads)
+        assert sum(failed) >= 2
+    with Store.open(tmp_path / "s") as store:
+        for t in range(8):
+            assert len(acknowledged[t]) + failed[t] == 30
+            assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
+    with Store.open(tmp_path / "s") as store:
+        assert check_store(store).ok
