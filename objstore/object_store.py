@@ -594,10 +594,12 @@ class ObjectStore:
         cut it back to what its last good fsync made durable (``PackWriter.cut_back``)
         and let go of it, to be read and recovered as a dead writer's pack is; the
         next write starts a new pack, and ``retired`` tells the Store to read again
-        the heads it remembered. Raises if the cut failed: this handle then writes
-        nothing more, since a head it would build on may be lost in a power loss."""
+        the heads it remembered. Not while records wait in it to be written: they
+        are a group of appends under way, which its write fails as one (``flush``).
+        Raises if the cut failed: this handle then writes nothing more, since a head
+        it would build on may be lost in a power loss."""
         w = self._writer
-        if w is not None and w.failed is not None:
+        if w is not None and w.failed is not None and not w.holding:
             self._writer = None
             try:
                 w.cut_back()
@@ -614,8 +616,8 @@ class ObjectStore:
             )
 
     def _refuse_if_failed(self) -> None:
-        """Inside a write: a pack that failed since the write began is retired, and the
-        write refused (it may build on what the failure lost)."""
+        """Inside a write: if the pack failed since the write began, the write is refused
+        (it may build on what the failure lost), and the pack retired if it can be."""
         if (self._writer is not None and self._writer.failed is not None) or self._uncut:
             self.retire_failed()
             raise OSError(errno.EIO, "an fsync of this store's pack failed; nothing was written")
@@ -685,7 +687,7 @@ class ObjectStore:
         writer's unsealed pack, durable."""
         self._sync_relied_on()
         if self._seal is not None:
-            self._seal.writer.sync()
+            self._seal.writer.sync_or_sealed()
         if self._writer is not None:
             self._writer.flush()
             self._writer.sync()
@@ -711,7 +713,7 @@ class ObjectStore:
             self._leave_turn()
             left()
             if older is not None:
-                older.sync()
+                older.sync_or_sealed()
             w.sync()
         finally:
             w.let_go()
@@ -736,6 +738,7 @@ class ObjectStore:
             w.release()  # left unsealed, as after a crash: the next open recovers it
             raise
         merging = self._merging = self._merge_to_start()
+        w.sealing()
         try:
             self._seal = BackgroundSeal(w, partial(self._seal_and_merge, merging))
         except BaseException:  # no thread: the pack is recovered as after a crash
@@ -795,6 +798,10 @@ class ObjectStore:
             return
         try:
             path = seal.wait()
+        except OSError as e:
+            if seal.writer.failed is not None:  # its fsync failed, and so did its copy
+                self._uncut = e  # a head this handle would build on may be lost
+            raise
         finally:
             self._seal = self._merging = None
             seal.writer.release()
@@ -844,10 +851,28 @@ class ObjectStore:
 
         A crash before the old pack is gone leaves both: the next open recovers the
         old one (its replay writes nothing) and the next repack merges the copies.
-        An error leaves the old pack as a crash would."""
-        w.sync()
-        # The ref files, newer than before: from here no record is needed.
-        self._replay(list(w.journaled.values()))
+        An error leaves the old pack as a crash would.
+
+        After a failed fsync of the old pack (shared_fsync.py), nothing it holds past
+        its last good fsync is known durable there: the block pack, written from what
+        the handle holds, makes every object durable first, and the ref files follow.
+        Appends relying on the old pack wait for the block pack (``sync_or_sealed``)."""
+        try:
+            return self._sealed_pack_of(w)
+        finally:
+            w.sealed(False)  # if the copy did not say it was durable (a failed seal)
+
+    def _sealed_pack_of(self, w: PackWriter) -> Path:
+        try:
+            w.sync()
+            copy_first = False
+        except OSError:
+            if w.failed is None:
+                raise
+            copy_first = True
+        if not copy_first:
+            # The ref files, newer than before: from here no record is needed.
+            self._replay(list(w.journaled.values()))
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
 
         def contents() -> Iterator[tuple[str, bytes, bool]]:
@@ -871,6 +896,11 @@ class ObjectStore:
         except BaseException:
             blocks.abandon()
             raise
+        if copy_first:
+            # Its objects are durable: appends relying on them go on (they hold ref
+            # locks, which the ref files written next take).
+            w.sealed(True)
+            self._replay(list(w.journaled.values()))
         os.unlink(w.path)
         fsync_dir(self.pack_dir)
         w.drop_live_index()  # after the pack, while its flock is still held (5.6)

@@ -207,6 +207,10 @@ class PackWriter:
         self._kept = 0
         self._dir_synced = False
         self._fsyncs = SharedFsync()  # each covering what came before it, two at a time
+        # Set while a seal beside the writer copies the pack (``sealing``): where its
+        # fsync failed, an append relying on it waits for the copy instead.
+        self._copy: threading.Event | None = None
+        self._copied = False
         self._holders = 0  # threads waiting for a sync outside their turn
         self._idle = threading.Condition()
         # The newest journaled update of each ref: the truth for that ref (when newer
@@ -355,6 +359,35 @@ class PackWriter:
         wanted = self._in_file  # held records are the caller's to flush first
         if self._fsyncs.synced < wanted:
             self._fsyncs.cover(wanted, wanted, self._fsync_now)
+
+    @property
+    def holding(self) -> bool:
+        """Whether records wait to be written with the next ``flush``."""
+        return bool(self._held)
+
+    def sealing(self) -> None:
+        """This pack is being sealed beside its writer (sealing.py)."""
+        self._copy = threading.Event()
+
+    def sealed(self, ok: bool) -> None:
+        """Its seal has copied it (``ok``: its objects are durable in the block pack the
+        seal wrote, whatever its own fsyncs did), or failed to; said once."""
+        if self._copy is not None and not self._copy.is_set():
+            self._copied = ok
+            self._copy.set()
+
+    def sync_or_sealed(self) -> None:
+        """``sync`` for a pack being sealed: if an fsync of it failed, its seal writes what
+        the handle holds of it into a block pack (ObjectStore._sealed_pack), and its
+        objects are durable once that block pack is."""
+        try:
+            self.sync()
+        except OSError:
+            if self._copy is None or self.failed is None:
+                raise
+            self._copy.wait()
+            if not self._copied:
+                raise
 
     @property
     def failed(self) -> OSError | None:

@@ -8,6 +8,8 @@ raised is not in the store, one that returned is, and no history has a hole."""
 from __future__ import annotations
 
 import errno
+import random
+import string
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,4 +99,36 @@ def test_threads_whose_fsync_failed_fail_and_the_others_are_all_there(
             assert len(acknowledged[t]) + failed[t] == 30
             assert [e.id for e in store.log(sids[t])][::-1] == acknowledged[t]
     with Store.open(tmp_path / "s") as store:
+        assert check_store(store).ok
+
+
+def test_a_failed_fsync_of_the_pack_being_sealed_is_made_good_by_its_seal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync that fails is of a full pack being sealed beside the writer, whose last
+    records the append going on relies on: the seal writes the block pack from what
+    the handle holds first, and the append returns once that is durable."""
+    real = packs.PackWriter._fsync_now
+    failed: list[str] = []
+
+    def fsync_now(self: packs.PackWriter) -> None:
+        if self._copy is not None and not failed:  # the first of a pack being sealed
+            failed.append(self.name)
+            raise OSError(errno.EIO, "Input/output error")
+        real(self)
+
+    monkeypatch.setattr(packs.PackWriter, "_fsync_now", fsync_now)
+    rng = random.Random(5)
+    with Store.open(tmp_path / "s") as store:
+        sid = store.new_session()
+        nodes = []
+        while not failed and len(nodes) < 400:
+            text = "".join(rng.choices(string.ascii_letters, k=20_000))
+            nodes.append(store.append(sid, {"role": "user", "content": text}))
+        assert failed, "no pack was sealed"
+        nodes += [store.append(sid, {"role": "user", "content": f"after {i}"}) for i in range(3)]
+        assert [e.id for e in store.log(sid)][::-1] == nodes
+    with Store.open(tmp_path / "s") as store:
+        assert [e.id for e in store.log(sid)][::-1] == nodes
+        assert not (tmp_path / "s" / "objects" / "pack" / f"{failed[0]}.pack").exists()
         assert check_store(store).ok
