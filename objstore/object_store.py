@@ -650,7 +650,9 @@ class ObjectStore:
         # here would write ref files under the ref lock this update holds.
         self._refuse_if_failed()
         w = self._writer if self._writer is not None else self._pack_writer()
-        w.add_ref_update(update, write=write)
+        w.add_ref_update(update, write=False)
+        if write:
+            self.flush()
 
     def journaled(self, name: str, look: bool = True) -> dict[str, Any] | None:
         """The newest journaled update of ref ``name`` in the packs not sealed yet (this
@@ -678,9 +680,20 @@ class ObjectStore:
 
     def flush(self) -> None:
         """Write the records this handle's pack holds (``PackWriter.flush``): other
-        handles see them from here, durable or not."""
-        if self._writer is not None:
-            self._writer.flush()
+        handles see them from here, durable or not. The unsealed packs of other
+        writers they rely on are synced first: were that to fail once they were in
+        the file, another thread's fsync could make them durable, relying on objects
+        a power loss may take; so they are dropped instead."""
+        w = self._writer
+        if w is None:
+            return
+        if self._relied_on and w.holding:
+            try:
+                self._sync_relied_on()
+            except BaseException:
+                w.drop_held()
+                raise
+        w.flush()
 
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another

@@ -272,20 +272,7 @@ class PackWriter:
         except BaseException:
             os.ftruncate(self._fd, start)
             self._zeroed = min(self._zeroed, start)
-            for oid in self._held_ids:
-                self.index.pop(oid, None)
-                self._kept -= len(self.contents.pop(oid, b""))
-                self.exact.discard(oid)
-            self.size = self._in_file
-            self._held, self._held_ids = [], []
-            objects_noted, refs_noted = self._live_written
-            del self._live_objects[objects_noted:], self._live_refs[refs_noted:]
-            for ref, before in reversed(self._journal_undo):  # the held updates never were
-                if before is None:
-                    self.journaled.pop(ref, None)
-                else:
-                    self.journaled[ref] = before
-            self._journal_undo = []
+            self.drop_held()
             raise
         self._held, self._held_ids = [], []
         self._journal_undo = []
@@ -293,6 +280,24 @@ class PackWriter:
         if len(self._live_objects) + len(self._live_refs) >= ENTRY_RECORDS:
             self._note_live()
         self._live_written = (len(self._live_objects), len(self._live_refs))
+
+    def drop_held(self) -> None:
+        """Forget the held records, as if never added: their write failed, or what they
+        rely on could not be made durable first (ObjectStore.flush)."""
+        for oid in self._held_ids:
+            self.index.pop(oid, None)
+            self._kept -= len(self.contents.pop(oid, b""))
+            self.exact.discard(oid)
+        self.size = self._in_file
+        self._held, self._held_ids = [], []
+        objects_noted, refs_noted = self._live_written
+        del self._live_objects[objects_noted:], self._live_refs[refs_noted:]
+        for ref, before in reversed(self._journal_undo):  # the held updates never were
+            if before is None:
+                self.journaled.pop(ref, None)
+            else:
+                self.journaled[ref] = before
+        self._journal_undo = []
 
     def _note_live(self) -> None:
         """Append an entry listing the records written since the last one to the live

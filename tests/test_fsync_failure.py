@@ -132,3 +132,32 @@ def test_a_failed_fsync_of_the_pack_being_sealed_is_made_good_by_its_seal(
         assert [e.id for e in store.log(sid)][::-1] == nodes
         assert not (tmp_path / "s" / "objects" / "pack" / f"{failed[0]}.pack").exists()
         assert check_store(store).ok
+
+
+def test_an_append_relying_on_another_writers_pack_that_cannot_be_synced_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append that finds its message in another writer's unsealed pack relies on it
+    (no second copy): that pack is synced before the append's records are written.
+    Synced after, a failure left them in the file, for another fsync to make durable
+    without the message they name."""
+    shared = {"role": "user", "content": "the same message, written by both"}
+    with Store.open(tmp_path / "s") as first, Store.open(tmp_path / "s") as second:
+        a = first.new_session()
+        first.append(a, shared)  # in first's pack, unsealed while first is open
+        b = second.new_session()
+        kept = second.append(b, {"role": "user", "content": "before"})
+
+        def failing_sync(self: packs.OpenPack) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(packs.OpenPack, "sync", failing_sync)
+            with pytest.raises(OSError):
+                second.append(b, shared)
+        after = second.append(b, {"role": "user", "content": "after"})
+        assert [e.id for e in second.log(b)][::-1] == [kept, after]
+        assert second.node(after).parent == kept
+    with Store.open(tmp_path / "s") as store:
+        assert [e.message["content"] for e in store.log(b)][::-1] == ["before", "after"]
+        assert check_store(store).ok
