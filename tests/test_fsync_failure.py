@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from appending_threads import append_in_threads
 
 from objstore import Store, packs
 from objstore.fsck import check_store
@@ -73,26 +74,8 @@ def test_threads_whose_fsync_failed_fail_and_the_others_are_all_there(
 ) -> None:
     with Store.open(tmp_path / "s") as store:
         sids = [store.new_session(title=f"thread {t}") for t in range(8)]
-        acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
-        failed = [0] * 8
         failing_fsyncs.update({12, 40})
-
-        def work(t: int) -> None:
-            for i in range(30):
-                try:
-                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
-                except OSError as e:
-                    assert e.errno == errno.EIO
-                    failed[t] += 1
-                else:
-                    acknowledged[t].append(node)
-
-        threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        assert not any(thread.is_alive() for thread in threads)
+        acknowledged, failed = append_in_threads(store, sids, 30, errno.EIO)
         assert sum(failed) >= 2
     with Store.open(tmp_path / "s") as store:
         for t in range(8):

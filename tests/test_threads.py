@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from appending_threads import append_in_threads
 
 from objstore import SessionArchived, Store, packs
 
@@ -226,21 +227,8 @@ def test_a_full_disk_fails_the_appends_written_together_and_none_is_half_there(
 
     with Store.open(tmp_path / "store") as store:
         sids = [store.new_session(title=f"thread {t}") for t in range(8)]
-        acknowledged: dict[int, list[str]] = {t: [] for t in range(8)}
-        failed = [0] * 8
         monkeypatch.setattr(packs.os, "pwrite", full_for_a_while)
-
-        def work(t: int) -> None:
-            for i in range(25):
-                try:
-                    node = store.append(sids[t], {"role": "user", "content": f"{t} {i}"})
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC
-                    failed[t] += 1
-                else:
-                    acknowledged[t].append(node)
-
-        in_threads(work, 8)
+        acknowledged, failed = append_in_threads(store, sids, 25, errno.ENOSPC)
         monkeypatch.undo()
         assert sum(failed) >= 10  # each failed write failed one append or more
         for t in range(8):
