@@ -160,12 +160,19 @@ def _is_wire_part(part: Any) -> bool:
     return part.get("type") == "image_url" and isinstance(part.get("image_url"), dict)
 
 
+def call_function(call: dict[str, Any]) -> dict[str, Any]:
+    """The object holding a stored call's name and arguments: the call itself in ags's
+    shape, its ``function`` in OpenAI's."""
+    fn = call.get("function")
+    return fn if isinstance(fn, dict) else call
+
+
 def wire_call(call: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(id, name, arguments) of a stored tool call as a server takes them back: in ags's
     shape or OpenAI's (``function``, arguments as JSON text), the arguments an object
     (never ``arguments_raw``: vLLM parses the arguments of past calls and fails the
     whole request on bad JSON)."""
-    fn = call["function"] if isinstance(call.get("function"), dict) else call
+    fn = call_function(call)
     call_id, name, arguments = call.get("id"), fn.get("name"), fn.get("arguments")
     if isinstance(arguments, str):
         try:

@@ -24,7 +24,7 @@ from objstore import LogEntry, Store, content_text
 
 from .control_chars import visible
 from .markup import HIGHLIGHT_CSS, code_html, markdown_html, text_html
-from .messages import calls_of
+from .messages import call_function, calls_of
 
 FOLD_OVER: Final = 12  # lines of tool output shown before it is folded away
 SHOWN_CHARS: Final = 50_000
@@ -260,7 +260,7 @@ def _call_parts(call: Any) -> tuple[str, str, Any]:
     """(id, name, arguments) of a tool call in ags' shape or OpenAI's ``function`` shape."""
     if not isinstance(call, dict):
         return "", "?", call
-    fn = call["function"] if isinstance(call.get("function"), dict) else call
+    fn = call_function(call)
     args = fn.get("arguments_raw", fn.get("arguments", {}))
     return str(call.get("id", "")), str(fn.get("name", "?")), args
 

@@ -648,9 +648,8 @@ class ObjectStore:
             self._before_journal = None
         # The pack the update's objects went to, even past its size limit: sealing it
         # here would write ref files under the ref lock this update holds.
-        self._refuse_if_failed()
         w = self._writer if self._writer is not None else self._pack_writer()
-        w.add_ref_update(update, write=False)
+        w.add_ref_update(update)  # to a pack whose fsync failed: its flush refuses it
         if write:
             self.flush()
 

@@ -337,11 +337,11 @@ class PackWriter:
             if exact:
                 self.exact.add(oid)
 
-    def add_ref_update(self, update: dict[str, Any], *, write: bool = True) -> None:
-        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), written in
-        one write with the objects held before it (``write=False``: held, written with
-        the next ``flush``, the handle's own reads taking it at once). Durable after
-        ``sync``; its ref file is written when the pack is sealed."""
+    def add_ref_update(self, update: dict[str, Any]) -> None:
+        """Journal a ref update (``{"body", "log", "ref"}``, FORMAT.md 5.1), held to be
+        written with the next ``flush`` in one write with the objects held before it,
+        the handle's own reads taking it at once. Durable after ``sync``; its ref file
+        is written when the pack is sealed."""
         body = canonical.dumps(update, fast=canonical.check_json(update))
         content = objects.content_of("ref", body)
         checksum, stored = objects.content_id(content), objects.stored_raw("ref", content)
@@ -349,8 +349,6 @@ class PackWriter:
         self._journal_undo.append((name, self.journaled.get(name)))
         self.journaled[name] = update
         self._hold([(TYPE_REF, bytes.fromhex(checksum), stored)])
-        if write:
-            self.flush()
 
     def read(self, loc: Location) -> bytes:
         if loc[0] >= self._in_file:
