@@ -19,6 +19,16 @@ thread takes the turn and writes the next group while the fsync runs), or, if
 none, lets the next thread to queue lead. So a thread appending alone leads
 every time: one write and one fsync per append, as before.
 
+A leader gathers before it takes the queue. The threads of a group, woken once
+their appends are durable, often append again at once (agents writing their
+next messages), but they come back one at a time, each needing the interpreter
+lock: the first to queue found no leader, led a group of one, and paid an fsync
+of its own, and the next did the same. So the leader that follows waits for the
+threads woken last to queue again, up to GATHER_WINDOW after they were woken,
+and writes them as one group. A thread woken that does not append again is
+waited for only that long, once; a thread appending alone wakes nobody and
+never waits.
+
 A queued thread that is interrupted (Ctrl-C in the main thread) still waits
 until its append is done, and then raises: its append is being written by
 another thread, and a leader must never wait for a thread that left. A leader
@@ -31,8 +41,13 @@ longer waiting, so every later append waited for good.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
+
+GATHER_WINDOW: Final = 0.0005
+"""Seconds after a group's threads were woken that the next leader waits for them to
+queue again (module doc)."""
 
 
 class QueuedAppend:
@@ -80,16 +95,46 @@ class AppendQueue:
         self._mutex = threading.Lock()
         self._queued: list[QueuedAppend] = []
         self._leading = False
+        # Threads woken with their appends done and not queued since (any thread that
+        # queues counts as one of them), and when they were woken: ``gather``.
+        self._returning = 0
+        self._woken_at = 0.0
+        self._back = threading.Condition(self._mutex)
 
     def join(self, append: QueuedAppend) -> bool:
         """Queue an append; whether its thread is to lead now. One that is not waits
         (``QueuedAppend.wait``) and leads if woken with ``lead`` set."""
         with self._mutex:
             self._queued.append(append)
+            if self._returning:
+                self._returning -= 1
+                if not self._returning:
+                    self._back.notify()
             if self._leading:
                 return False
             self._leading = True
             return True
+
+    def waking(self, count: int) -> None:
+        """A leader is about to wake ``count`` threads whose appends are done."""
+        if count:
+            with self._mutex:
+                self._returning += count
+                self._woken_at = time.monotonic()
+
+    def gather(self) -> None:
+        """Before a leader takes the queue: wait for the threads woken last to queue
+        again, at most until GATHER_WINDOW after they were woken (module doc)."""
+        with self._mutex:
+            if not self._returning:
+                return
+            end = self._woken_at + GATHER_WINDOW
+            while self._returning:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._back.wait(left)
+            self._returning = 0  # the rest are not waited for again
 
     def withdraw(self, append: QueuedAppend) -> None:
         """Take a leader's own append out of the queue: it was interrupted before it

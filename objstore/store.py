@@ -658,7 +658,7 @@ class Store:
         return queued.outcome()  # type: ignore[no-any-return]
 
     def _lead_appends(self, mine: QueuedAppend) -> None:
-        """Run every queued append in this thread (combining.py): in the turn, each
+        """Gather, then run every queued append in this thread (combining.py): in the turn, each
         up to its ref update, held; then one write for all of them; then, outside
         the turn, the lead handed on and one fsync (shared, turns.py); then the ref
         locks let go and each other thread woken once."""
@@ -674,6 +674,7 @@ class Store:
                 self._appends.pass_lead()
 
         try:
+            self._appends.gather()
             with self._turns:
                 taken = self._appends.take()
                 for queued in taken:
@@ -701,6 +702,7 @@ class Store:
             hand_on()
             for release in let_go:
                 release()
+            self._appends.waking(len(taken))  # this thread too
             for queued in taken:
                 if queued is not mine:
                     queued.wake()

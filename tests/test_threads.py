@@ -337,3 +337,44 @@ def test_a_failed_fsync_fails_its_waiters_and_every_later_cover_past_what_was_sy
     before.join(30)
     assert before.errors == []  # type: ignore[attr-defined]
     assert ran == ["good", "failing"] and shared.synced == 4
+
+
+def test_a_leader_gathers_the_threads_woken_last_before_it_takes_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The threads a leader woke come back one at a time; the next leader waits for
+    them to queue (combining.py), so they are written together, not each alone."""
+    from objstore import combining
+
+    monkeypatch.setattr(combining, "GATHER_WINDOW", 60.0)
+    queue, gathered = combining.AppendQueue(), threading.Event()
+    queue.waking(2)
+    leader = threading.Thread(target=lambda: (queue.gather(), gathered.set()))
+    leader.start()
+    assert not gathered.wait(0.2)
+    queue.join(combining.QueuedAppend(lambda let_go: None))
+    assert not gathered.wait(0.2)  # one of the two is back
+    queue.join(combining.QueuedAppend(lambda let_go: None))
+    assert gathered.wait(30)  # both are: long before the window ends
+    leader.join(30)
+    assert len(queue.take()) == 2
+
+
+def test_a_leader_waits_for_threads_that_do_not_come_back_only_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    from objstore import combining
+
+    monkeypatch.setattr(combining, "GATHER_WINDOW", 0.3)
+    queue = combining.AppendQueue()
+    queue.gather()  # nobody woken: no wait
+    queue.waking(3)
+    began = time.monotonic()
+    queue.gather()  # none of the three appends again
+    assert time.monotonic() - began >= 0.29
+    monkeypatch.setattr(combining, "GATHER_WINDOW", 60.0)
+    began = time.monotonic()
+    queue.gather()  # they are not waited for again
+    assert time.monotonic() - began < 30
