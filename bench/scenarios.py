@@ -33,6 +33,7 @@ class Sizes:
     """How much work each scenario does."""
 
     appends: int = 2000
+    thread_appends: int = 8000
     thread_runs: int = 5
     resume_messages: int = 6000
     compact_every: int = 500
@@ -56,6 +57,7 @@ class Sizes:
 DEFAULT_SIZES = Sizes()
 QUICK_SIZES = Sizes(
     appends=200,
+    thread_appends=400,
     thread_runs=1,
     resume_messages=600,
     compact_every=100,
