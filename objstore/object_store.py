@@ -78,7 +78,7 @@ COPIED_WHOLE_BYTES: Final = BLOCK_BYTES * 3 // 4
 """Content a block holds, at least, for a merge to copy it as it is (``_copied_whole``):
 a full block. The part-filled blocks a seal ends with are taken apart, their objects
 written with the next ones of their kind."""
-MERGE_BESIDE_APPENDS_MAX: Final = 64 * MAX_PACK_BYTES
+MERGE_BESIDE_APPENDS_MAX: Final = 64 * 1024 * 1024
 """A writer merges its store's sealed packs up to this size while it appends, when
 repack.py would merge them (more than MAX_PACKS of them), in its seal's thread after
 a seal (``_merge_to_start``); bigger ones are merged by ``repack`` when a handle
