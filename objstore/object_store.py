@@ -38,8 +38,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
-import blake3
-
 from . import objects
 from .block_reader import BlockReader
 from .errors import (
@@ -52,10 +50,10 @@ from .errors import (
 )
 from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
 from .id_set import IdSet
+from .merging import merged_pack
 from .objects import LIVE_LEVEL, LIVE_RAW_BYTES
-from .pack_format import RECORD_HEAD, block_piece
+from .pack_format import RECORD_HEAD
 from .packs import (
-    BLOCK_BYTES,
     MAX_PACK_BYTES,
     BlockPackWriter,
     Checked,
@@ -63,21 +61,17 @@ from .packs import (
     PackWriter,
     Replay,
     SealedPack,
-    block_group,
     rebuild_index,
     verified_block_pack,
 )
 from .refs import journaled_generation
 from .repack import packs_to_merge
+from .seal_helper import SealHelper, SealHelperFailed
 from .sealing import BackgroundSeal
 
 HEX_DIR: Final = re.compile(r"[0-9a-f]{2}")  # objects/<first two hex digits of the id>
 LEFTOVER_AGE: Final = 3600  # seconds; no write takes this long between its steps
 FRESHEN_AFTER: Final = 300  # seconds; a copy older than this is not deduplicated against
-COPIED_WHOLE_BYTES: Final = BLOCK_BYTES * 3 // 4
-"""Content a block holds, at least, for a merge to copy it as it is (``_copied_whole``):
-a full block. The part-filled blocks a seal ends with are taken apart, their objects
-written with the next ones of their kind."""
 MERGE_BESIDE_APPENDS_MAX: Final = 64 * 1024 * 1024
 """A writer merges its store's sealed packs up to this size while it appends, when
 repack.py would merge them (more than MAX_PACKS of them), in its seal's thread after
@@ -181,6 +175,8 @@ class ObjectStore:
         # The handle's previous pack while a thread of its own seals it (sealing.py):
         # read like ``_writer`` until the handle takes in what the seal wrote.
         self._seal: BackgroundSeal | None = None
+        # Writes the block packs of the seals beside the appends (seal_helper.py).
+        self._helper = SealHelper(self.pack_dir)
         self.recover()
 
     # -- discovery -----------------------------------------------------------
@@ -693,6 +689,10 @@ class ObjectStore:
                 w.drop_held()
                 raise
         w.flush()
+        if w.size >= MAX_PACK_BYTES // 2 and self._helper.idle:
+            # Half full: the helper's interpreter starts now, in its own process, so
+            # that it is ready for the seal (seal_helper.py).
+            self._helper.start()
 
     def sync(self) -> None:
         """Make every object this handle appended to packs, or relies on in another
@@ -779,7 +779,7 @@ class ObjectStore:
         its turn; until then it reads them through their mappings, valid after the
         files are gone). ``locks/repack`` is let go of whatever happens."""
         try:
-            path = self._sealed_pack(w)
+            path = self._sealed_pack(w, helped=True)
             if merging is not None:
                 self._merge_beside(merging)
             return path
@@ -788,12 +788,19 @@ class ObjectStore:
                 merging.lock.release()
 
     def _merge_beside(self, merging: _MergeBeside) -> None:
-        """Merge and delete ``merging``'s packs. One that fails leaves them as they were:
-        it is ``repack``'s work, done later, not part of any append's."""
+        """Merge and delete ``merging``'s packs, the merge written by the seal helper
+        where it can. One that fails leaves them as they were: it is ``repack``'s work,
+        done later, not part of any append's."""
         try:
-            merged = self._merge(merging.packs)
+            merged = None
+            if self._helper.usable:  # seal_helper.py; if it fails, merged here
+                with suppress(SealHelperFailed):
+                    paths = [pack.path for pack in merging.packs]
+                    merged = self._helper.merge(paths, self.pack_dir, self._tmp_dir)
+            if merged is None:
+                merged = self._merge(merging.packs).path
             self._delete_packs(merging.packs)
-            merging.merged = merged.path
+            merging.merged = merged
         except Exception as e:  # noqa: BLE001 - a full disk, say: the packs stay, and read
             warnings.warn(
                 StoreWarning(f"merging packs beside the appends failed ({e}); left to repack"),
@@ -843,7 +850,9 @@ class ObjectStore:
 
     def _seal_writer(self, w: PackWriter) -> None:
         """Seal this handle's pack here and now (``_sealed_pack``) and take in the block
-        pack that replaces it."""
+        pack that replaces it. In this thread, not the helper: nothing runs beside a
+        seal at close, and one here takes the objects from what the handle holds,
+        where the helper reads, verifies and parses each again."""
         self._writer = None  # whatever happens below, this handle is done with it
         try:
             w.flush()
@@ -853,7 +862,7 @@ class ObjectStore:
             w.release()
         self._take_in_sealed(path, w)
 
-    def _sealed_pack(self, w: PackWriter) -> Path:
+    def _sealed_pack(self, w: PackWriter, *, helped: bool = False) -> Path:
         """Seal a pack nothing more is added to (FORMAT.md 5.2): the ref files brought
         up to its journal (durable), then its objects written again, compressed
         together, into a block pack (5.5) that takes its place; the journal records,
@@ -868,13 +877,16 @@ class ObjectStore:
         After a failed fsync of the old pack (shared_fsync.py), nothing it holds past
         its last good fsync is known durable there: the block pack, written from what
         the handle holds, makes every object durable first, and the ref files follow.
-        Appends relying on the old pack wait for the block pack (``sync_or_sealed``)."""
+        Appends relying on the old pack wait for the block pack (``sync_or_sealed``).
+
+        ``helped``: a seal beside the appends, whose block pack the handle's helper
+        process writes (seal_helper.py) unless that fails."""
         try:
-            return self._sealed_pack_of(w)
+            return self._sealed_pack_of(w, helped)
         finally:
             w.sealed(False)  # if the copy did not say it was durable (a failed seal)
 
-    def _sealed_pack_of(self, w: PackWriter) -> Path:
+    def _sealed_pack_of(self, w: PackWriter, helped: bool) -> Path:
         try:
             w.sync()
             copy_first = False
@@ -885,6 +897,25 @@ class ObjectStore:
         if not copy_first:
             # The ref files, newer than before: from here no record is needed.
             self._replay(list(w.journaled.values()))
+        path = None
+        if helped and not copy_first and self._helper.usable:
+            with suppress(SealHelperFailed):  # sealed here instead
+                path = self._helper.seal(w.path, w.size, self.pack_dir, self._tmp_dir, w.exact)
+        if path is None:
+            path = self._block_pack_of(w)
+        if copy_first:
+            # Its objects are durable: appends relying on them go on (they hold ref
+            # locks, which the ref files written next take).
+            w.sealed(True)
+            self._replay(list(w.journaled.values()))
+        os.unlink(w.path)
+        fsync_dir(self.pack_dir)
+        w.drop_live_index()  # after the pack, while its flock is still held (5.6)
+        return path
+
+    def _block_pack_of(self, w: PackWriter) -> Path:
+        """Write the objects of ``w`` into a new sealed block pack, from what the handle
+        holds of them where it can; return its path."""
         blocks = BlockPackWriter(self.pack_dir, self._tmp_dir, len(w.index))
 
         def contents() -> Iterator[tuple[str, bytes, bool]]:
@@ -908,14 +939,6 @@ class ObjectStore:
         except BaseException:
             blocks.abandon()
             raise
-        if copy_first:
-            # Its objects are durable: appends relying on them go on (they hold ref
-            # locks, which the ref files written next take).
-            w.sealed(True)
-            self._replay(list(w.journaled.values()))
-        os.unlink(w.path)
-        fsync_dir(self.pack_dir)
-        w.drop_live_index()  # after the pack, while its flock is still held (5.6)
         return blocks.path
 
     def add_pack(self, pack: bytes, index: bytes, name: str) -> int:
@@ -1064,66 +1087,11 @@ class ObjectStore:
         extra: list[tuple[str, str]] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> BlockPackWriter:
-        """One new sealed block pack holding every object of ``packs`` (and the loose
-        files ``extra``) once, a good copy if any; with ``keep``, only the objects in
-        it. A damaged copy with no good one is kept as it is, for fsck to report: a
-        plain record, or the whole block that cannot be read."""
+        """``merged_pack`` of ``packs`` into this store's pack directory."""
         self._before_blocks()
-        expected = sum(pack.count for pack in packs) + len(extra or ())
-        merged = BlockPackWriter(self.pack_dir, self._tmp_dir, expected)
-        damaged: dict[str, bytes] = {}
-        broken: list[tuple[bytes, list[tuple[str, int, int]]]] = []
-
-        def wanted(oid: str) -> bool:
-            return (keep is None or oid in keep) and oid not in merged
-
-        def take_stored(oid: str, stored: bytes) -> None:
-            if not wanted(oid):
-                return
-            try:
-                kind, body = objects.decode(oid, stored)
-            except CorruptObject:
-                damaged.setdefault(oid, stored)  # unless a good copy turns up
-                return
-            merged.add_content(oid, kind.encode("ascii") + b"\0" + body, new=True)
-
-        try:
-            # Oldest first: what was written together stays together (a context's
-            # messages in few blocks), whatever order the packs were chosen in.
-            packs = sorted(packs, key=lambda pack: pack.sealed_at)
-            for i, pack in enumerate(packs):
-                for oid, stored in pack.plain_records():
-                    take_stored(oid, stored)
-                for record, content, members in pack.blocks():
-                    if content is None:
-                        broken.append((record, members))
-                        continue
-                    if keep is None and _copied_whole(merged, record, content, members):
-                        continue
-                    for oid, inner, length in members:
-                        if not wanted(oid):
-                            continue
-                        piece = block_piece(content, inner, length)
-                        try:
-                            objects.verified(oid, piece)
-                        except CorruptObject:
-                            damaged.setdefault(oid, objects.stored_as_is(piece))
-                            continue
-                        merged.add_content(oid, piece, new=True)  # wanted: not in it
-                if progress:
-                    progress(i + 1, len(packs))
-            for oid, path in extra or []:
-                take_stored(oid, read_file(path))
-            merged.add([(oid, stored) for oid, stored in damaged.items() if oid not in merged])
-            for record, members in broken:
-                left = [m for m in members if wanted(m[0])]
-                if left and record:
-                    merged.add_block_record(record, left)
-            merged.seal()
-        except BaseException:
-            merged.abandon()
-            raise
-        return merged
+        return merged_pack(
+            packs, self.pack_dir, self._tmp_dir, keep=keep, extra=extra, progress=progress
+        )
 
     def _remove_leftovers(self) -> None:
         """Indexes whose pack is gone (a repack died between its two unlinks) and
@@ -1164,11 +1132,14 @@ class ObjectStore:
         try:
             self._finish_seal()
         finally:
-            with suppress(OSError):
-                self.retire_failed()  # a pack whose fsync failed is cut back, not sealed
-            if self._writer is not None:
-                self._seal_writer(self._writer)
-                self.repack()
+            try:
+                with suppress(OSError):
+                    self.retire_failed()  # a pack whose fsync failed is cut back, not sealed
+                if self._writer is not None:
+                    self._seal_writer(self._writer)
+                    self.repack()
+            finally:
+                self._helper.close()
         for pack in self._open.values():
             pack.close()
         for sealed in self._sealed.values():
@@ -1176,24 +1147,3 @@ class ObjectStore:
         self._relied_on.clear()
         self._open.clear()
         self._sealed.clear()
-
-
-def _copied_whole(
-    merged: BlockPackWriter, record: bytes, content: bytes, members: list[tuple[str, int, int]]
-) -> bool:
-    """Copy a full block into ``merged`` as it is, when ``merged`` holds none of its
-    objects and its record verifies (its id is the BLAKE3 of its payload, claim
-    included: the block is what the writer that verified its objects wrote, FORMAT.md
-    5.4); whether it did. The merge then neither checks each object, nor builds and
-    compresses that block again: most of the cost of merging the packs a writer
-    seals, where each object is copied again about log2(packs) times."""
-    if len(content) < COPIED_WHOLE_BYTES or not members:
-        return False
-    if merged.holds_any([oid for oid, _, _ in members]):
-        return False
-    _type, checksum, _length = RECORD_HEAD.unpack_from(record)
-    if blake3.blake3(memoryview(record)[RECORD_HEAD.size :]).digest() != checksum:
-        return False
-    _oid, inner, length = members[0]
-    merged.copy_block(record, members, block_group(block_piece(content, inner, length)))
-    return True

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from killed_child import run_and_kill
 
-from objstore import Store, object_store, packs
+from objstore import Store, object_store, packs, seal_helper
 
 APPENDER = r"""
 import sys, threading
@@ -81,9 +81,9 @@ def test_a_reader_of_the_handle_sees_the_pack_being_sealed(
     gate = threading.Event()
     real = object_store.ObjectStore._sealed_pack
 
-    def held(self: object, w: object) -> Path:
+    def held(self: object, w: object, **how: bool) -> Path:
         gate.wait(30)
-        return real(self, w)  # type: ignore[arg-type]
+        return real(self, w, **how)  # type: ignore[arg-type]
 
     monkeypatch.setattr(object_store.ObjectStore, "_sealed_pack", held)
     with Store.open(path) as store:
@@ -151,6 +151,10 @@ def test_an_append_that_relies_on_the_pack_being_sealed_waits_for_its_fsync(
         first.join(30)
 
 
+def helper_fails(*args: object, **kwargs: object) -> None:
+    raise seal_helper.SealHelperFailed("OSError: No space left on device")
+
+
 def test_a_seal_that_fails_is_named_by_the_next_write_and_recovered_by_the_next_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,6 +172,9 @@ def test_a_seal_that_fails_is_named_by_the_next_write_and_recovered_by_the_next_
         real(self)
 
     monkeypatch.setattr(packs.BlockPackWriter, "seal", full_disk)
+    # The helper process (seal_helper.py) meets the same full disk, and the seal then
+    # runs in the thread, where it fails.
+    monkeypatch.setattr(seal_helper.SealHelper, "seal", helper_fails)
     path = tmp_path / "store"
     heads: list[str] = []
     raised: list[OSError] = []

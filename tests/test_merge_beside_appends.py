@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from killed_child import run_and_kill
 
-from objstore import Store, object_store
+from objstore import Store, object_store, seal_helper
 from objstore.errors import StoreWarning
 from objstore.files import FileLock
 from objstore.fsck import check_store
@@ -43,8 +43,8 @@ def count_seals(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     sealed: list[Path] = []
     real = object_store.ObjectStore._sealed_pack
 
-    def counted(self: object, w: object) -> Path:
-        path = real(self, w)  # type: ignore[arg-type]
+    def counted(self: object, w: object, **how: bool) -> Path:
+        path = real(self, w, **how)  # type: ignore[arg-type]
         sealed.append(path)
         return path
 
@@ -90,6 +90,10 @@ def test_another_handle_reads_beside_the_merges(tmp_path: Path) -> None:
             assert reader.context(sid) == sent
 
 
+def helper_full(*args: object, **kwargs: object) -> None:
+    raise seal_helper.SealHelperFailed("OSError: No space left on device")
+
+
 @pytest.mark.usefixtures("small_packs")
 def test_a_merge_that_fails_leaves_the_packs_and_the_appends_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -102,6 +106,7 @@ def test_a_merge_that_fails_leaves_the_packs_and_the_appends_go_on(
         return real(self, packs, **kwargs)  # type: ignore[arg-type]  # the close's repack
 
     monkeypatch.setattr(object_store.ObjectStore, "_merge", full)
+    monkeypatch.setattr(seal_helper.SealHelper, "merge", helper_full)  # the same full disk
     path = tmp_path / "store"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -178,11 +183,11 @@ def test_a_seal_that_fails_before_its_merge_lets_go_of_the_repack_lock(
         real = object_store.ObjectStore._sealed_pack
         failed = threading.Event()
 
-        def failing(self: object, w: object) -> Path:
+        def failing(self: object, w: object, **how: bool) -> Path:
             if store.objects._merging is not None and not failed.is_set():
                 failed.set()
                 raise OSError(28, "No space left on device")
-            return real(self, w)  # type: ignore[arg-type]
+            return real(self, w, **how)  # type: ignore[arg-type]
 
         monkeypatch.setattr(object_store.ObjectStore, "_sealed_pack", failing)
         with pytest.raises(OSError, match="No space left"):

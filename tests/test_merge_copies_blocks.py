@@ -11,7 +11,7 @@ import pytest
 
 from objstore import Store, repack
 from objstore.fsck import check_store
-from objstore.object_store import COPIED_WHOLE_BYTES
+from objstore.merging import COPIED_WHOLE_BYTES
 from objstore.packs import verified_block_pack
 
 
