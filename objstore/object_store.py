@@ -933,13 +933,7 @@ class ObjectStore:
                     continue
                 yield oid, kind.encode("ascii") + b"\0" + body, False
 
-        try:
-            blocks.add_new(contents())
-            blocks.seal()
-        except BaseException:
-            blocks.abandon()
-            raise
-        return blocks.path
+        return blocks.write_sealed(contents())
 
     def add_pack(self, pack: bytes, index: bytes, name: str) -> int:
         """Add a whole block pack that came from elsewhere (a remote), verified first

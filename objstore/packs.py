@@ -541,6 +541,17 @@ class BlockPackWriter(PackWriter):
                 known_exact.add(oid)
             _put_in_block(pending, pending_bytes, oid, content, self._flush_group)
 
+    def write_sealed(self, contents: Iterable[tuple[str, bytes, bool]]) -> Path:
+        """``add_new(contents)``, then ``seal``; the pack's path. On any error the pack is
+        abandoned (a seal's block pack, in the handle or its helper)."""
+        try:
+            self.add_new(contents)
+            self.seal()
+        except BaseException:
+            self.abandon()
+            raise
+        return self.path
+
     def add(self, records: Iterable[tuple[str, bytes]]) -> None:
         """Add objects by their stored form as plain records (a damaged copy kept as it is)."""
         for oid, stored in records:

@@ -16,18 +16,17 @@ runs after its seal when sealed packs pile up: the helper writes the merged
 pack (``write_merged_pack``, by the code a handle merges with), and the thread
 deletes the packs it merged.
 
-The helper reads the full pack from its file (written and synced: nothing more is
-added to it) and writes the block pack by the same code as a seal in the process
-(``write_block_pack``), each object verified against its id on the way (one
-that does not verify fails the request, and the thread seals the pack from the
-copies the handle holds). It is
-started when the handle's pack is half full (its interpreter starts meanwhile,
-in its own process), or else by the first request. It takes one request at a
-time on its standard input (a JSON line), answers on its standard output (a
-JSON line: the block pack's path, or what failed), and ends at the end of its
-input, when the handle closes. If the handle's process dies (killed, say), the helper
-ends within HELPER_WATCH seconds, whatever it was doing: a kill -9 leaves no
-process behind.
+The helper reads the full pack from its file (written and synced: nothing more
+is added to it) and writes the block pack by the same code as a seal in the
+process (``write_block_pack``), each object verified against its id on the way
+(one that does not verify fails the request, and the thread seals the pack from
+the copies the handle holds). It is started when the handle's pack is half full
+(its interpreter starts meanwhile, in its own process), or else by the first
+request. It takes one request at a time on its standard input (a JSON line),
+answers on its standard output (a JSON line: the block pack's path, or what
+failed), and ends at the end of its input, when the handle closes. If the
+handle's process dies (killed, say), the helper ends within HELPER_WATCH
+seconds, whatever it was doing: a kill -9 leaves no process behind.
 
 Whatever goes wrong with the helper (it cannot start, it died, it answered an
 error), the seal is done in the thread as before, and the helper is not asked
@@ -91,13 +90,7 @@ def write_block_pack(
             kind, body = objects.decode(oid, bytes(data[offset - base : offset - base + length]))
             yield oid, kind.encode("ascii") + b"\0" + body, oid in exact
 
-    try:
-        blocks.add_new(contents())
-        blocks.seal()
-    except BaseException:
-        blocks.abandon()
-        raise
-    return blocks.path
+    return blocks.write_sealed(contents())
 
 
 def write_merged_pack(paths: list[Path], pack_dir: Path, tmp_dir: Path) -> Path:

@@ -658,10 +658,10 @@ class Store:
         return queued.outcome()  # type: ignore[no-any-return]
 
     def _lead_appends(self, mine: QueuedAppend) -> None:
-        """Gather, then run every queued append in this thread (combining.py): in the turn, each
-        up to its ref update, held; then one write for all of them; then, outside
-        the turn, the lead handed on and one fsync (shared, turns.py); then the ref
-        locks let go and each other thread woken once."""
+        """Gather, then run every queued append in this thread (combining.py): in the
+        turn, each up to its ref update, held; then one write for all of them; then,
+        outside the turn, the lead handed on and one fsync (shared, turns.py); then
+        the ref locks let go and each other thread woken once."""
         let_go: list[Callable[[], None]] = []  # ref locks held until durable
         taken: list[QueuedAppend] = []
         written: list[QueuedAppend] = []
