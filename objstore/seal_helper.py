@@ -198,7 +198,7 @@ class SealHelper:
     def _start(self) -> subprocess.Popen[bytes]:
         package_dir = str(Path(__file__).resolve().parent.parent)
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _MAIN, package_dir, str(self._pack_dir)],
+            [sys.executable, "-I", "-c", _MAIN, package_dir, str(self._pack_dir), str(self._pid)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -239,14 +239,18 @@ def _pipes(process: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
 
 # Run with -I (isolated: no user site, no PYTHON* variables, no script directory on
 # the path): the package is imported from the directory the handle's process took it
-# from, the first argument (the second names the store).
+# from, the first argument; the second names the store, the third is the handle's
+# process (``main`` watches it).
 _MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from objstore.seal_helper import main; main()"
 
 
 def main() -> None:
     """The helper's loop (module doc): one request a line, one answer a line, until the
     end of the input, or until the process that started it is gone."""
-    threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
+    # The process that started it, as it said: one that died before this line ran
+    # has made another process the parent already.
+    parent = int(sys.argv[3]) if len(sys.argv) > 3 else os.getppid()
+    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)

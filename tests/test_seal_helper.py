@@ -171,3 +171,37 @@ def test_a_helper_ends_when_its_process_is_killed(tmp_path: Path) -> None:
         assert report.ok, report
         (session,) = store.sessions()
         assert session.messages > 0
+
+
+WATCHED = r"""
+import os, sys, time
+from pathlib import Path
+from objstore.seal_helper import SealHelper
+helper = SealHelper(Path(sys.argv[1]))
+helper.start()
+keeper = os.fork()
+if keeper == 0:  # holds the helper's input open: only its watch can end it now
+    time.sleep(120)
+    os._exit(0)
+print(helper._process.pid, keeper, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_helper_ends_when_its_process_dies_even_if_its_input_stays_open(tmp_path: Path) -> None:
+    """The helper watches the process that started it: a process that forked, then
+    was killed, leaves the helper's input open in its child, and the helper must
+    not wait for its end (it may as well be in the middle of a seal)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WATCHED, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    helper, keeper = map(int, child.stdout.readline().split())
+    try:
+        child.kill()  # at once: the helper may not even have started its loop
+        child.wait(30)
+        until_gone([helper])
+        assert os.path.exists(f"/proc/{keeper}")  # its input was still open
+    finally:
+        os.kill(keeper, signal.SIGKILL)
+        until_gone([keeper])
