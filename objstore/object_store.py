@@ -793,10 +793,9 @@ class ObjectStore:
         done later, not part of any append's."""
         try:
             merged = None
-            if self._helper.usable:  # seal_helper.py; if it fails, merged here
-                with suppress(SealHelperFailed):
-                    paths = [pack.path for pack in merging.packs]
-                    merged = self._helper.merge(paths, self.pack_dir, self._tmp_dir)
+            with suppress(SealHelperFailed):  # seal_helper.py; if it fails, merged here
+                paths = [pack.path for pack in merging.packs]
+                merged = self._helper.merge(paths, self.pack_dir, self._tmp_dir)
             if merged is None:
                 merged = self._merge(merging.packs).path
             self._delete_packs(merging.packs)
@@ -898,7 +897,7 @@ class ObjectStore:
             # The ref files, newer than before: from here no record is needed.
             self._replay(list(w.journaled.values()))
         path = None
-        if helped and not copy_first and self._helper.usable:
+        if helped and not copy_first:
             with suppress(SealHelperFailed):  # sealed here instead
                 path = self._helper.seal(w.path, w.size, self.pack_dir, self._tmp_dir, w.exact)
         if path is None:

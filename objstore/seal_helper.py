@@ -249,8 +249,7 @@ def main() -> None:
     end of the input, or until the process that started it is gone."""
     # The process that started it, as it said: one that died before this line ran
     # has made another process the parent already.
-    parent = int(sys.argv[3]) if len(sys.argv) > 3 else os.getppid()
-    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+    threading.Thread(target=_watch, args=(int(sys.argv[3]),), daemon=True).start()
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)
