@@ -1,13 +1,16 @@
 """While threads of one handle append, a ref stripe's flock lingers between their
 updates (refs._Stripe): another process still gets it within MAX_LINGER or so,
 every retitle it makes is kept, the handle's own ref files are never read from a
-stale pin, and once the appends end no flock is left held."""
+stale pin, and once the appends end the handle's reaper lets go of every flock
+within about MAX_LINGER."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -108,9 +111,23 @@ def test_the_handles_own_retitle_between_lingering_appends_is_kept(
             holder.join()
 
 
+def _free_within(path: Path, numbers: set[int], seconds: float) -> float:
+    """How long until another open file could flock each stripe of ``numbers`` (a
+    failure if one is still flocked after ``seconds``)."""
+    start = time.monotonic()
+    for number in numbers:
+        lock = files.FileLock(path / "locks" / f"ref-{number:02x}")
+        while not lock.acquire(blocking=False):
+            assert time.monotonic() - start < seconds, f"stripe {number:02x} is still flocked"
+            time.sleep(0.001)
+        lock.release()
+    return time.monotonic() - start
+
+
 def test_no_flock_is_left_held_once_the_appends_end(tmp_path: Path) -> None:
-    """When the last update in progress ends, every lingering flock is let go, though
-    the handle stays open: another process can take each stripe at once."""
+    """When the appends end, every lingering flock is let go within about MAX_LINGER
+    (by the handle's reaper: no update of the handle comes to do it), though the
+    handle stays open: another process can then take each stripe."""
     path = tmp_path / "store"
     with Store.open(path) as store:
         sids = [store.new_session() for _ in range(8)]
@@ -126,9 +143,64 @@ def test_no_flock_is_left_held_once_the_appends_end(tmp_path: Path) -> None:
             thread.join()
         stripes = {_stripe_number(session_ref(sid)) for sid in sids}
         assert all(0 <= n < LOCK_STRIPES for n in stripes)
-        for number in stripes:
-            lock = files.FileLock(path / "locks" / f"ref-{number:02x}")
-            assert lock.acquire(blocking=False), f"stripe {number:02x} is still flocked"
-            lock.release()
+        _free_within(path, stripes, 2.0)
         store.append(sids[0], user("again"))
         assert store.session(sids[0]).messages == 101
+        _free_within(path, {_stripe_number(session_ref(sids[0]))}, 2.0)
+
+
+def test_a_lone_appender_keeps_its_stripe_between_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread appending again and again takes its stripe's flock once per
+    MAX_LINGER, not twice an append (made long here: once in all)."""
+    monkeypatch.setattr(refs, "MAX_LINGER", 600.0)
+    calls: list[int] = []
+    flock = fcntl.flock
+    with Store.open(tmp_path / "store") as store:
+        sid = store.new_session()
+        store.append(sid, user("first"))
+        monkeypatch.setattr(fcntl, "flock", lambda fd, op: calls.append(op) or flock(fd, op))
+        for i in range(50):
+            store.append(sid, user(f"message {i}"))
+        monkeypatch.setattr(fcntl, "flock", flock)
+        assert len(calls) < 5, calls
+        assert store.session(sid).messages == 51
+
+
+def _reapers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "ags-ref-lingers"}
+
+
+def test_the_reaper_ends_with_the_handle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that lets go of lingering flocks ends when the handle closes, and
+    the flocks with it (MAX_LINGER made long: it would linger until then)."""
+    monkeypatch.setattr(refs, "MAX_LINGER", 600.0)
+    path = tmp_path / "store"
+    before = _reapers()
+    store = Store.open(path)
+    sid = store.new_session()
+    store.append(sid, user("one"))
+    reapers = _reapers() - before
+    assert len(reapers) == 1
+    store.close()
+    assert not any(t.is_alive() for t in reapers)
+    lock = files.FileLock(path / "locks" / f"ref-{_stripe_number(session_ref(sid)):02x}")
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_the_reaper_ends_when_no_flock_lingers(tmp_path: Path) -> None:
+    """A handle left open (never closed) keeps no thread once its flocks are let go."""
+    before = _reapers()
+    store = Store.open(tmp_path / "store")
+    sid = store.new_session()
+    store.append(sid, user("one"))
+    _free_within(tmp_path / "store", {_stripe_number(session_ref(sid))}, 2.0)
+    deadline = time.monotonic() + 2.0
+    while _reapers() - before:
+        assert time.monotonic() < deadline, "the reaper still runs"
+        time.sleep(0.001)
+    store.append(sid, user("two"))  # a new one lets go of the flock again
+    _free_within(tmp_path / "store", {_stripe_number(session_ref(sid))}, 2.0)
+    store.close()
