@@ -49,6 +49,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,12 @@ MAX_LINGER: Final = 0.02
 """Seconds a handle keeps a stripe's flock after it took it, for its next updates of
 refs of the stripe (``_Stripe``): another process waiting for the stripe waits at
 most about this long more than it did."""
+
+REAPER_IDLE: Final = 1.0
+"""Seconds the thread that lets go of lingering flocks (``RefStore._reap_lingers``)
+waits for another before it ends: one thread per handle that goes on appending, not
+one for every group of appends."""
+_REAPING: weakref.WeakSet[RefStore] = weakref.WeakSet()  # handles that started a reaper
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -545,8 +552,9 @@ class RefStore:
         try:
             if stripe.leave():
                 with self._guard:
-                    self._lingering.add(stripe)
-                    self._wake_reaper(stripe.taken_at + MAX_LINGER)
+                    if stripe not in self._lingering:
+                        self._lingering.add(stripe)
+                        self._wake_reaper(stripe.taken_at + MAX_LINGER)
         finally:
             turn[0].release()
             self._forget(name, stripe, turn)
@@ -577,22 +585,23 @@ class RefStore:
     def _wake_reaper(self, due: float) -> None:
         """Have the reaper wake by ``due``, when a flock that now lingers is to be let
         go (under the guard): start it, or wake it if it would sleep longer."""
-        reaper = self._reaper
-        if reaper is not None and reaper.is_alive():  # (none in the child of a fork)
-            if due < self._reap_at:
-                self._reap.notify()
-        elif not self._closed:
-            self._reaper = threading.Thread(
-                target=self._reap_lingers, name="ags-ref-lingers", daemon=True
-            )
-            self._reaper.start()
+        if self._reaper is None:
+            if not self._closed:
+                self._reaper = threading.Thread(
+                    target=self._reap_lingers, name="ags-ref-lingers", daemon=True
+                )
+                self._reaper.start()
+                _REAPING.add(self)
+        elif due < self._reap_at:
+            self._reap.notify()
 
     def _reap_lingers(self) -> None:
         """The reaper: lets go of each lingering flock when its time is up, when no
-        update of the handle does (an agent waiting for its model), and ends when none
-        lingers, or the handle closes (a handle never closed keeps no thread)."""
+        update of the handle does (an agent waiting for its model). It ends when the
+        handle closes, or when no flock has lingered for REAPER_IDLE (a handle never
+        closed keeps no thread)."""
         with self._guard:
-            while self._lingering and not self._closed:
+            while not self._closed:
                 ending = self._ended_lingers()
                 if ending:
                     self._guard.release()
@@ -601,11 +610,20 @@ class RefStore:
                             lingering.end_linger()
                     finally:
                         self._guard.acquire()
-                    continue
-                self._reap_at = min(s.taken_at for s in self._lingering) + MAX_LINGER
-                self._reap.wait(self._reap_at - time.monotonic())
+                elif self._lingering:
+                    self._reap_at = min(s.taken_at for s in self._lingering) + MAX_LINGER
+                    self._reap.wait(self._reap_at - time.monotonic())
+                else:
+                    self._reap_at = math.inf
+                    if not self._reap.wait(REAPER_IDLE) and not self._lingering:
+                        break
             self._reap_at = math.inf
             self._reaper = None  # the next flock to linger starts another
+
+    def _after_fork(self) -> None:
+        """In the child of a fork: no reaper runs there."""
+        self._reaper = None
+        self._reap_at = math.inf
 
     def transact(
         self,
@@ -894,6 +912,15 @@ class RefStore:
                 if not stripe.holders:
                     del self._stripe_locks[number]
                     stripe.lock.release()
+
+
+def _no_reapers_in_child() -> None:
+    """After a fork, in the child: the handles' reapers did not come along."""
+    for refs in list(_REAPING):
+        refs._after_fork()
+
+
+os.register_at_fork(after_in_child=_no_reapers_in_child)
 
 
 def journaled_generation(update: dict[str, Any]) -> int:

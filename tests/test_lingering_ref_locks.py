@@ -7,6 +7,7 @@ within about MAX_LINGER."""
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 import threading
@@ -190,17 +191,43 @@ def test_the_reaper_ends_with_the_handle(tmp_path: Path, monkeypatch: pytest.Mon
     lock.release()
 
 
-def test_the_reaper_ends_when_no_flock_lingers(tmp_path: Path) -> None:
-    """A handle left open (never closed) keeps no thread once its flocks are let go."""
+def test_the_reaper_ends_when_no_flock_lingers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle left open (never closed) keeps no thread once no flock has lingered
+    for REAPER_IDLE."""
+    monkeypatch.setattr(refs, "REAPER_IDLE", 0.05)
     before = _reapers()
     store = Store.open(tmp_path / "store")
     sid = store.new_session()
     store.append(sid, user("one"))
     _free_within(tmp_path / "store", {_stripe_number(session_ref(sid))}, 2.0)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 10.0
     while _reapers() - before:
         assert time.monotonic() < deadline, "the reaper still runs"
         time.sleep(0.001)
     store.append(sid, user("two"))  # a new one lets go of the flock again
     _free_within(tmp_path / "store", {_stripe_number(session_ref(sid))}, 2.0)
     store.close()
+
+
+def test_a_child_of_a_fork_lets_go_of_its_flocks(tmp_path: Path) -> None:
+    """The reaper does not come along into the child of a fork: one updating refs
+    through the handle starts its own, and its flocks are let go all the same."""
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session()
+        store.append(sid, user("one"))  # the parent's reaper runs
+        assert _reapers()
+        number = _stripe_number(tag_ref("second"))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's outcome is its exit code
+            code = 1
+            try:
+                store.tag("second", sid)
+                _free_within(path, {number}, 5.0)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
