@@ -279,6 +279,14 @@ class _Stripe:
             self.lock.unlock()
             return False
 
+    def close(self) -> None:
+        """Close the lock file (the flock with it), with no thread inside: after a
+        thread that ends its linger (``end_linger``, outside the handle's guard) has
+        unlocked it, not between its look at the file and the unlock (which could
+        then unlock another file given the same descriptor)."""
+        with self._mutex:
+            self.lock.release()
+
     def end_linger(self) -> None:
         """Unlock the flock if it lingers."""
         with self._mutex:
@@ -521,7 +529,7 @@ class RefStore:
                 if len(self._stripe_locks) >= OPEN_STRIPES:  # bound the open files
                     idle = next((n for n, o in self._stripe_locks.items() if not o.holders), None)
                     if idle is not None:
-                        self._stripe_locks.pop(idle).lock.release()
+                        self._stripe_locks.pop(idle).close()
             self._stripe_locks[number] = stripe  # most recently used last
             stripe.holders += 1  # kept open until let go
         try:
@@ -601,24 +609,26 @@ class RefStore:
         handle closes, or when no flock has lingered for REAPER_IDLE (a handle never
         closed keeps no thread)."""
         with self._guard:
-            while not self._closed:
-                ending = self._ended_lingers()
-                if ending:
-                    self._guard.release()
-                    try:
-                        for lingering in ending:
-                            lingering.end_linger()
-                    finally:
-                        self._guard.acquire()
-                elif self._lingering:
-                    self._reap_at = min(s.taken_at for s in self._lingering) + MAX_LINGER
-                    self._reap.wait(self._reap_at - time.monotonic())
-                else:
-                    self._reap_at = math.inf
-                    if not self._reap.wait(REAPER_IDLE) and not self._lingering:
-                        break
-            self._reap_at = math.inf
-            self._reaper = None  # the next flock to linger starts another
+            try:
+                while not self._closed:
+                    ending = self._ended_lingers()
+                    if ending:
+                        self._guard.release()
+                        try:
+                            for lingering in ending:
+                                lingering.end_linger()
+                        finally:
+                            self._guard.acquire()
+                    elif self._lingering:
+                        self._reap_at = min(s.taken_at for s in self._lingering) + MAX_LINGER
+                        self._reap.wait(self._reap_at - time.monotonic())
+                    else:
+                        self._reap_at = math.inf
+                        if not self._reap.wait(REAPER_IDLE) and not self._lingering:
+                            break
+            finally:  # (even on an error: the next flock to linger starts another)
+                self._reap_at = math.inf
+                self._reaper = None
 
     def _after_fork(self) -> None:
         """In the child of a fork: no reaper runs there."""
@@ -911,7 +921,7 @@ class RefStore:
             for number, stripe in list(self._stripe_locks.items()):
                 if not stripe.holders:
                     del self._stripe_locks[number]
-                    stripe.lock.release()
+                    stripe.close()
 
 
 def _no_reapers_in_child() -> None:

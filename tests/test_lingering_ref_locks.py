@@ -231,3 +231,25 @@ def test_a_child_of_a_fork_lets_go_of_its_flocks(tmp_path: Path) -> None:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_lingering_flocks_of_more_stripes_than_a_handle_keeps_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle updating refs of more stripes than it keeps open closes the idle ones
+    while they may still linger: each is let go, by the reaper or the close, and no
+    thread fails unlocking one."""
+    failures: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    path = tmp_path / "store"
+    with Store.open(path) as store:
+        sid = store.new_session()
+        store.append(sid, user("one"))
+        names = [f"t{i}" for i in range(200)]
+        numbers = {_stripe_number(tag_ref(name)) for name in names}
+        assert len(numbers) > refs.OPEN_STRIPES
+        for name in names:
+            store.tag(name, sid)
+        _free_within(path, numbers, 5.0)
+        assert sorted(store.tags()) == sorted(names)
+    assert not failures
