@@ -118,6 +118,8 @@ def stored_raw(kind: str, content: bytes) -> bytes:
         head = _RAW_MAGIC + b"\x60" + (size - 256).to_bytes(2, "little")
     else:
         head = _RAW_MAGIC + b"\xa0" + size.to_bytes(4, "little")
+    if size <= _RAW_BLOCK:  # one block (any message, node or journal record of an append)
+        return b"".join((_FORMAT_ZSTD_BYTE, head, (size << 3 | 1).to_bytes(3, "little"), content))
     parts = [_FORMAT_ZSTD_BYTE, head]
     for at in range(0, size, _RAW_BLOCK):
         block = content[at : at + _RAW_BLOCK]

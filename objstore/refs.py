@@ -317,6 +317,7 @@ class RefStore:
         self._ref_turns: dict[str, list[Any]] = {}
         self._pins: dict[str, _Pin] = {}  # ref files kept open (``_read_pinned``)
         self._lingering: set[_Stripe] = set()  # flocks kept (under the guard)
+        self._linger_due = math.inf  # when the first of them is to be let go
         # The thread that lets go of each kept flock when its time is up, while any is
         # kept (``_reap_lingers``), and when it wakes next (under the guard).
         self._reaper: threading.Thread | None = None
@@ -562,7 +563,9 @@ class RefStore:
                 with self._guard:
                     if stripe not in self._lingering:
                         self._lingering.add(stripe)
-                        self._wake_reaper(stripe.taken_at + MAX_LINGER)
+                        due = stripe.taken_at + MAX_LINGER
+                        self._linger_due = min(self._linger_due, due)
+                        self._wake_reaper(due)
         finally:
             turn[0].release()
             self._forget(name, stripe, turn)
@@ -582,12 +585,13 @@ class RefStore:
     def _ended_lingers(self) -> list[_Stripe]:
         """The lingering flocks to let go of now, those held MAX_LINGER or more, taken
         out of ``_lingering`` (under the guard)."""
-        if not self._lingering:
-            return []
         now = time.monotonic()
-        ending = [s for s in self._lingering if now - s.taken_at >= MAX_LINGER]
-        if ending:
-            self._lingering.difference_update(ending)
+        if now < self._linger_due:  # (math.inf when none lingers)
+            return []
+        ending = [s for s in self._lingering if s.taken_at + MAX_LINGER <= now]
+        self._lingering.difference_update(ending)
+        self._linger_due = min((s.taken_at for s in self._lingering), default=math.inf)
+        self._linger_due += MAX_LINGER
         return ending
 
     def _wake_reaper(self, due: float) -> None:
@@ -620,7 +624,7 @@ class RefStore:
                         finally:
                             self._guard.acquire()
                     elif self._lingering:
-                        self._reap_at = min(s.taken_at for s in self._lingering) + MAX_LINGER
+                        self._reap_at = self._linger_due
                         self._reap.wait(self._reap_at - time.monotonic())
                     else:
                         self._reap_at = math.inf
@@ -918,6 +922,7 @@ class RefStore:
             self._unpin(name)
         with self._guard:
             self._lingering.clear()
+            self._linger_due = math.inf
             for number, stripe in list(self._stripe_locks.items()):
                 if not stripe.holders:
                     del self._stripe_locks[number]

@@ -12,7 +12,9 @@ from objstore import LimitExceeded, objects
 from objstore.limits import MAX_OBJECT_BYTES
 
 
-@pytest.mark.parametrize("size", [1, 250, 255, 256, 257, 65_791, 65_792, 131_072, 131_073, 300_000])
+@pytest.mark.parametrize(
+    "size", [1, 250, 255, 256, 257, 65_791, 65_792, 131_067, 131_068, 131_072, 131_073, 300_000]
+)
 def test_a_raw_frame_gives_back_its_content_and_says_its_size(size: int) -> None:
     content = b"node\0" + os.urandom(size)
     stored = objects.stored_raw("node", content)
