@@ -219,12 +219,18 @@ def test_a_child_of_a_fork_lets_go_of_its_flocks(tmp_path: Path) -> None:
         sid = store.new_session()
         store.append(sid, user("one"))  # the parent's reaper runs
         assert _reapers()
-        number = _stripe_number(tag_ref("second"))
+        # A tag of another stripe than the session's (whose open file the child shares)
+        name = next(
+            f"t{i}"
+            for i in range(1000)
+            if _stripe_number(tag_ref(f"t{i}")) != _stripe_number(session_ref(sid))
+        )
+        number = _stripe_number(tag_ref(name))
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's outcome is its exit code
             code = 1
             try:
-                store.tag("second", sid)
+                store.tag(name, sid)
                 _free_within(path, {number}, 5.0)
                 code = 0
             finally:
