@@ -176,7 +176,7 @@ class ObjectStore:
         # read like ``_writer`` until the handle takes in what the seal wrote.
         self._seal: BackgroundSeal | None = None
         # Writes the block packs of the seals beside the appends (seal_helper.py).
-        self._helper = SealHelper(self.pack_dir)
+        self._helper = SealHelper(self.pack_dir, self._tmp_dir)
         self.recover()
 
     # -- discovery -----------------------------------------------------------
@@ -795,7 +795,7 @@ class ObjectStore:
             merged = None
             with suppress(SealHelperFailed):  # seal_helper.py; if it fails, merged here
                 paths = [pack.path for pack in merging.packs]
-                merged = self._helper.merge(paths, self.pack_dir, self._tmp_dir)
+                merged = self._helper.merge(paths)
             if merged is None:
                 merged = self._merge(merging.packs).path
             self._delete_packs(merging.packs)
@@ -899,7 +899,7 @@ class ObjectStore:
         path = None
         if helped and not copy_first:
             with suppress(SealHelperFailed):  # sealed here instead
-                path = self._helper.seal(w.path, w.size, self.pack_dir, self._tmp_dir, w.exact)
+                path = self._helper.seal(w.path, w.size, w.exact)
         if path is None:
             path = self._block_pack_of(w)
         if copy_first:

@@ -116,11 +116,13 @@ HELPER_WATCH: Final = 0.02
 
 class SealHelper:
     """One handle's helper process (module doc), for the store whose pack directory is
-    ``pack_dir`` (named in its command line, for ``ps``). ``seal`` is called by one
-    seal's thread at a time (a handle seals one pack at a time)."""
+    ``pack_dir`` (named in its command line, for ``ps``) and temporary directory
+    ``tmp_dir``. ``seal`` is called by one seal's thread at a time (a handle seals
+    one pack at a time)."""
 
-    def __init__(self, pack_dir: Path) -> None:
+    def __init__(self, pack_dir: Path, tmp_dir: Path) -> None:
         self._pack_dir = pack_dir
+        self._tmp_dir = tmp_dir
         self._process: subprocess.Popen[bytes] | None = None
         self._pid = os.getpid()
         self._broken = False
@@ -150,21 +152,17 @@ class SealHelper:
                 except OSError:
                     self._broken = True
 
-    def seal(
-        self, pack: Path, end: int, pack_dir: Path, tmp_dir: Path, exact: Iterable[str] = ()
-    ) -> Path:
+    def seal(self, pack: Path, end: int, exact: Iterable[str] = ()) -> Path:
         """The path of the block pack the helper wrote for ``pack`` (``write_block_pack``);
         SealHelperFailed if it did not, and the helper is not used again."""
-        path = self._done({"pack": str(pack), "end": end, "pack_dir": str(pack_dir),
-                           "tmp": str(tmp_dir), "exact": "".join(exact)})  # fmt: skip
+        path = self._done({"pack": str(pack), "end": end, "exact": "".join(exact)})
         self.sealed += 1
         return path
 
-    def merge(self, packs: list[Path], pack_dir: Path, tmp_dir: Path) -> Path:
+    def merge(self, packs: list[Path]) -> Path:
         """The path of the pack the helper merged ``packs`` into (``write_merged_pack``);
         SealHelperFailed if it did not, and the helper is not used again."""
-        path = self._done({"merge": [str(p) for p in packs], "pack_dir": str(pack_dir),
-                            "tmp": str(tmp_dir)})  # fmt: skip
+        path = self._done({"merge": [str(p) for p in packs]})
         self.merged += 1
         return path
 
@@ -197,8 +195,9 @@ class SealHelper:
 
     def _start(self) -> subprocess.Popen[bytes]:
         package_dir = str(Path(__file__).resolve().parent.parent)
+        where = [str(self._pid), str(self._pack_dir), str(self._tmp_dir)]
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _MAIN, package_dir, str(self._pack_dir), str(self._pid)],
+            [sys.executable, "-I", "-c", _MAIN, package_dir, *where],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -239,8 +238,8 @@ def _pipes(process: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
 
 # Run with -I (isolated: no user site, no PYTHON* variables, no script directory on
 # the path): the package is imported from the directory the handle's process took it
-# from, the first argument; the second names the store, the third is the handle's
-# process (``main`` watches it).
+# from, the first argument; the second is the handle's process (``main`` watches it);
+# the third and fourth are the store's pack and temporary directories.
 _MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from objstore.seal_helper import main; main()"
 
 
@@ -249,11 +248,11 @@ def main() -> None:
     end of the input, or until the process that started it is gone."""
     # The process that started it, as it said: one that died before this line ran
     # has made another process the parent already.
-    threading.Thread(target=_watch, args=(int(sys.argv[3]),), daemon=True).start()
+    threading.Thread(target=_watch, args=(int(sys.argv[2]),), daemon=True).start()
+    pack_dir, tmp = Path(sys.argv[3]), Path(sys.argv[4])
     for line in sys.stdin.buffer:
         try:
             request = json.loads(line)
-            pack_dir, tmp = Path(request["pack_dir"]), Path(request["tmp"])
             if "merge" in request:
                 path = write_merged_pack([Path(p) for p in request["merge"]], pack_dir, tmp)
             else:

@@ -99,12 +99,12 @@ def test_a_helper_killed_between_seals_costs_no_seal(
 
 
 def test_a_helper_that_fails_is_not_asked_again(tmp_path: Path) -> None:
-    helper = SealHelper(tmp_path)
+    helper = SealHelper(tmp_path, tmp_path)
     with pytest.raises(SealHelperFailed, match="FileNotFoundError"):
-        helper.seal(tmp_path / "no-such.pack", 100, tmp_path, tmp_path)
+        helper.seal(tmp_path / "no-such.pack", 100)
     assert not helper.usable and not helpers_of(tmp_path.parent / tmp_path.name)
     with pytest.raises(SealHelperFailed):
-        helper.seal(tmp_path / "no-such.pack", 100, tmp_path, tmp_path)
+        helper.seal(tmp_path / "no-such.pack", 100)
     helper.close()
 
 
@@ -122,9 +122,9 @@ def test_the_helper_refuses_a_pack_whose_object_does_not_verify(tmp_path: Path) 
         with open(live, "r+b") as f:
             f.seek(at)
             f.write(b"N")
-        helper = SealHelper(path / "objects" / "pack")
+        helper = SealHelper(path / "objects" / "pack", path / "tmp")
         with pytest.raises(SealHelperFailed, match="CorruptObject"):
-            helper.seal(live, size, path / "objects" / "pack", path / "tmp")
+            helper.seal(live, size)
         helper.close()
         assert {p.stem for p in (path / "objects" / "pack").iterdir()} == {live.stem}
     with Store.open(path) as store:  # sealed at the close from the handle's good copy
@@ -177,7 +177,7 @@ WATCHED = r"""
 import os, sys, time
 from pathlib import Path
 from objstore.seal_helper import SealHelper
-helper = SealHelper(Path(sys.argv[1]))
+helper = SealHelper(Path(sys.argv[1]), Path(sys.argv[1]))
 helper.start()
 keeper = os.fork()
 if keeper == 0:  # holds the helper's input open: only its watch can end it now
