@@ -26,6 +26,7 @@ the same root in agent/errors.py::
     ├── RefConflict                a compare-and-swap lost
     ├── SessionBusy                another process writes the session
     ├── SessionArchived
+    ├── ForkedHandle               a handle of the parent used in a child of fork
     └── SearchIndexError           the search index cannot be used
         └── SearchIndexBusy
 
@@ -157,6 +158,18 @@ class SessionArchived(AgsError):
             f"session {session} is archived; unarchive it before resuming or appending"
         )
         self.session = session
+
+
+class ForkedHandle(AgsError):
+    """A handle opened by the parent of this process, before it forked, was used here
+    (forks.py): the child must open the store itself."""
+
+    def __init__(self, opener: int, pid: int) -> None:
+        super().__init__(
+            f"this store handle was opened by process {opener} before it forked; "
+            f"process {pid} must open the store itself"
+        )
+        self.opener = opener
 
 
 class SearchIndexError(AgsError):

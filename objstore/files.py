@@ -33,6 +33,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Final
 
+from . import forks
 from .errors import InvalidInput, UnsafeStore
 
 # Plain strings on the hot path (an append touches several files): pathlib's
@@ -274,7 +275,8 @@ class FileLock:
     """An OS advisory lock (``flock``) on one file, released by a crash.
 
     ``flock`` locks belong to an open file, so two ``FileLock`` objects on one
-    path exclude each other even inside one process.
+    path exclude each other even inside one process; a child of a fork closes
+    its copy of the file, and holds none of its parent's locks (forks.py).
     """
 
     def __init__(self, path: Path) -> None:
@@ -307,6 +309,8 @@ class FileLock:
             if self._fd is None:
                 os.close(fd)
             raise
+        if self._fd is None:
+            forks.track(self)
         self._fd = fd
         self._locked = True
         return True
@@ -328,7 +332,15 @@ class FileLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             self._locked = False
+            forks.untrack(self)
             os.close(fd)  # closing the only descriptor drops the flock
+
+    def forget_in_child(self) -> None:
+        """In a child of a fork: close this copy of the file; the parent's lock holds."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._locked = False
+            os.close(fd)
 
     def __enter__(self) -> FileLock:
         self.acquire()

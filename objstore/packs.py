@@ -41,7 +41,7 @@ from typing import Any, Final, Literal
 import blake3
 import zstandard
 
-from . import canonical, live_index, objects
+from . import canonical, forks, live_index, objects
 from .errors import CorruptObject, DamagedIndex, DamagedPack, ObjectError
 from .files import atomic_write, fsync_dir, make_dirs, open_fd, write_all
 from .id_set import IdSet
@@ -170,7 +170,8 @@ def _named_ref(stored: bytes) -> str | None:
 
 
 class PackWriter:
-    """The one open, growing pack of a store handle. Holds the pack's flock."""
+    """The one open, growing pack of a store handle. Holds the pack's flock (not in
+    a child of a fork: forks.py)."""
 
     def __init__(self, pack_dir: Path, tmp_dir: Path, magic: bytes = PACK_MAGIC) -> None:
         self.name = new_pack_name()
@@ -197,6 +198,7 @@ class PackWriter:
                 os.unlink(tmp)
             raise
         self._fd = fd
+        forks.track(self)
         self.size = len(magic)  # with the held records
         self._in_file = self.size  # in the file
         # Where the zeros written ahead of the records end (ZEROS_AHEAD); 0 for none.
@@ -436,6 +438,7 @@ class PackWriter:
         with self._idle:
             self._idle.wait_for(lambda: self._holders == 0)
         self.drop_live_index()
+        forks.untrack(self)
         os.close(self._fd)
         self._fd = -1
 
@@ -444,9 +447,18 @@ class PackWriter:
         self.drop_live_index()
         with suppress(FileNotFoundError):
             os.unlink(self.path)
+        forks.untrack(self)
         with suppress(OSError):
             os.close(self._fd)
         self._fd = -1
+
+    def forget_in_child(self) -> None:
+        """In a child of a fork: close this copy of the pack and of its live index,
+        unlocking, writing and removing nothing: the parent goes on writing them."""
+        for fd in (self._fd, self._live_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd, self._live_fd = -1, -2
 
 
 class BlockPackWriter(PackWriter):

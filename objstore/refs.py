@@ -49,7 +49,6 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -80,7 +79,6 @@ REAPER_IDLE: Final = 1.0
 """Seconds the thread that lets go of lingering flocks (``RefStore._reap_lingers``)
 waits for another before it ends: one thread per handle that goes on appending, not
 one for every group of appends."""
-_REAPING: weakref.WeakSet[RefStore] = weakref.WeakSet()  # handles that started a reaper
 
 Body = dict[str, Any]
 Change = Callable[["RefRecord | None"], "Body | None"]
@@ -603,7 +601,6 @@ class RefStore:
                     target=self._reap_lingers, name="ags-ref-lingers", daemon=True
                 )
                 self._reaper.start()
-                _REAPING.add(self)
         elif due < self._reap_at:
             self._reap.notify()
 
@@ -633,11 +630,6 @@ class RefStore:
             finally:  # (even on an error: the next flock to linger starts another)
                 self._reap_at = math.inf
                 self._reaper = None
-
-    def _after_fork(self) -> None:
-        """In the child of a fork: no reaper runs there."""
-        self._reaper = None
-        self._reap_at = math.inf
 
     def transact(
         self,
@@ -927,15 +919,6 @@ class RefStore:
                 if not stripe.holders:
                     del self._stripe_locks[number]
                     stripe.close()
-
-
-def _no_reapers_in_child() -> None:
-    """After a fork, in the child: the handles' reapers did not come along."""
-    for refs in list(_REAPING):
-        refs._after_fork()
-
-
-os.register_at_fork(after_in_child=_no_reapers_in_child)
 
 
 def journaled_generation(update: dict[str, Any]) -> int:

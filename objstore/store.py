@@ -39,7 +39,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from . import canonical
+from . import canonical, forks
 from .block_reader import BlockReader
 from .combining import AppendQueue, QueuedAppend
 from .errors import (
@@ -317,10 +317,15 @@ def _read_node(objects: ObjectStore | BlockReader, node_id: str) -> Node:
     return parse_node(node_id, body)
 
 
-def _close_parts(objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock]) -> None:
-    """Close a handle: seal its pack, let go of every file and lock (a no-op when
-    closed already). Also what a handle that is collected without ``close`` runs
-    (``weakref.finalize``), so it must not refer to the handle itself."""
+def _close_parts(
+    objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock], born: int
+) -> None:
+    """Close a handle opened at fork count ``born``: seal its pack, let go of every
+    file and lock (a no-op when closed already, or in a child of a fork: forks.py).
+    Also what a handle that is collected without ``close`` runs (``weakref.finalize``),
+    so it must not refer to the handle itself."""
+    if born != forks.generation():
+        return
     try:
         objects.close()
     finally:
@@ -361,7 +366,8 @@ class Store:
         self._batch_depth = 0
         self._listing = ListingIndex(path / "refs" / "sessions", path / "cache", self.tmp_dir)
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
-        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers)
+        born = forks.generation()
+        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers, born)
 
     # -- opening and closing ---------------------------------------------------
 
@@ -415,9 +421,13 @@ class Store:
 
     def close(self) -> None:
         """Seal this handle's pack and release every writer lock. A handle used again
-        after ``close`` opens what it needs again; closing again lets go of it."""
-        self._tips.clear()
-        _close_parts(self.objects, self.refs, self._writers)
+        after ``close`` opens what it needs again; closing again lets go of it. In a
+        child of a fork, the parent's handle is left alone (forks.py)."""
+        if self._turns.forked:
+            return
+        with self._turns:
+            self._tips.clear()
+            _close_parts(self.objects, self.refs, self._writers, forks.generation())
 
     def __enter__(self) -> Store:
         return self
@@ -635,6 +645,7 @@ class Store:
         each content is stored once as a ``file`` object (FORMAT.md 4.3) and
         read back with ``node(id).files`` and ``file_bytes``.
         """
+        self._turns.check()  # a child of a fork never queues (forks.py)
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
         # Encoded and checked before the turn, so that bad input is refused in the
@@ -1431,8 +1442,9 @@ class Store:
 
 
 # Every public operation takes its turn (turns.py); ``batch`` takes it for its block;
-# an append or a compaction takes it itself, after encoding.
-_TAKE_THEIR_OWN_TURN: Final = frozenset({"batch", "append", "compact"})
+# an append or a compaction takes it itself, after encoding; ``close`` takes it only
+# in the process that opened the handle (forks.py).
+_TAKE_THEIR_OWN_TURN: Final = frozenset({"batch", "append", "compact", "close"})
 for _name, _member in list(vars(Store).items()):
     if (
         not _name.startswith("_")

@@ -23,14 +23,20 @@ An fsync does not wait for appends still to come: the queue already gathers
 every append that arrives while an fsync runs into the next write, and a wait
 (a 2 ms "gather" before each fsync, until the flat combining came) measured
 no faster, at the cost of a wake-up per group.
+
+A turn is not taken in a child of a fork (forks.py): a thread the child does not
+have may hold it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from . import forks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,8 +49,20 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._left = threading.local()  # exits still owed by a thread that left
+        self._born = forks.generation()
+        self._opener = os.getpid()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this process is a child of a fork of the one that made the turn."""
+        return self._born != forks.generation()
+
+    def check(self) -> None:
+        """ForkedHandle in a child of a fork of the process that made the turn."""
+        forks.check(self._born, self._opener)
 
     def __enter__(self) -> None:
+        forks.check(self._born, self._opener)
         me = threading.get_ident()
         if self._owner == me:
             self._depth += 1

@@ -32,7 +32,7 @@ PUBLIC = {
     "parse_json",
     # errors
     "AgsError", "InvalidInput", "LimitExceeded", "InvalidName", "BadExport",
-    "StoreFormatError", "DamagedPack", "DamagedIndex", "StoreMissing", "UnsafeStore",
+    "StoreFormatError", "DamagedPack", "ForkedHandle", "DamagedIndex", "StoreMissing", "UnsafeStore",
     "ObjectError", "ObjectMissing", "CorruptObject", "SpecError", "UnknownSpec",
     "AmbiguousSpec", "RefConflict", "SessionBusy", "SessionArchived", "SearchIndexError",
     "SearchIndexBusy", "StoreWarning",
