@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from contextlib import suppress
 from typing import Protocol
 
 from .errors import ForkedHandle
@@ -68,7 +69,8 @@ def _in_child() -> None:
     global _generation
     _generation += 1
     for holder in list(_tracked):
-        holder.forget_in_child()
+        with suppress(OSError):  # each on its own: one that fails leaves the rest to do
+            holder.forget_in_child()
     _tracked.clear()
 
 

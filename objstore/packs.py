@@ -455,10 +455,12 @@ class PackWriter:
     def forget_in_child(self) -> None:
         """In a child of a fork: close this copy of the pack and of its live index,
         unlocking, writing and removing nothing: the parent goes on writing them."""
-        for fd in (self._fd, self._live_fd):
-            if fd >= 0:
-                os.close(fd)
+        fds = (self._fd, self._live_fd)
         self._fd, self._live_fd = -1, -2
+        for fd in fds:
+            if fd >= 0:
+                with suppress(OSError):
+                    os.close(fd)
 
 
 class BlockPackWriter(PackWriter):
