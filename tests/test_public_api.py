@@ -32,10 +32,10 @@ PUBLIC = {
     "parse_json",
     # errors
     "AgsError", "InvalidInput", "LimitExceeded", "InvalidName", "BadExport",
-    "StoreFormatError", "DamagedPack", "ForkedHandle", "DamagedIndex", "StoreMissing", "UnsafeStore",
+    "StoreFormatError", "DamagedPack", "DamagedIndex", "StoreMissing", "UnsafeStore",
     "ObjectError", "ObjectMissing", "CorruptObject", "SpecError", "UnknownSpec",
-    "AmbiguousSpec", "RefConflict", "SessionBusy", "SessionArchived", "SearchIndexError",
-    "SearchIndexBusy", "StoreWarning",
+    "AmbiguousSpec", "RefConflict", "SessionBusy", "SessionArchived", "ForkedHandle",
+    "SearchIndexError", "SearchIndexBusy", "StoreWarning",
 }  # fmt: skip
 
 
