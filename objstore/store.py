@@ -366,7 +366,7 @@ class Store:
         self._batch_depth = 0
         self._listing = ListingIndex(path / "refs" / "sessions", path / "cache", self.tmp_dir)
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
-        born = forks.generation()
+        born = self._turns.born
         weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers, born)
 
     # -- opening and closing ---------------------------------------------------
@@ -427,7 +427,7 @@ class Store:
             return
         with self._turns:
             self._tips.clear()
-            _close_parts(self.objects, self.refs, self._writers, forks.generation())
+            _close_parts(self.objects, self.refs, self._writers, self._turns.born)
 
     def __enter__(self) -> Store:
         return self

@@ -49,20 +49,20 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._left = threading.local()  # exits still owed by a thread that left
-        self._born = forks.generation()
+        self.born = forks.generation()  # the fork count where it was made (forks.py)
         self._opener = os.getpid()
 
     @property
     def forked(self) -> bool:
         """Whether this process is a child of a fork of the one that made the turn."""
-        return self._born != forks.generation()
+        return self.born != forks.generation()
 
     def check(self) -> None:
         """ForkedHandle in a child of a fork of the process that made the turn."""
-        forks.check(self._born, self._opener)
+        forks.check(self.born, self._opener)
 
     def __enter__(self) -> None:
-        forks.check(self._born, self._opener)
+        forks.check(self.born, self._opener)
         me = threading.get_ident()
         if self._owner == me:
             self._depth += 1
