@@ -398,6 +398,23 @@ def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> No
     assert sorted(p.name for p in remote.iterdir() if not p.name.startswith(".")) == ["cat.jpg"]
 
 
+def test_a_directory_holding_only_hidden_files_is_not_a_remote(tmp_path: Path) -> None:
+    """A home directory, or a project of only ``.git``: a listing leaves hidden names
+    out (they are no keys), so it looked empty, and a clone and a push took it."""
+    home = tmp_path / "home"
+    (home / ".git").mkdir(parents=True)
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    with new_store(tmp_path / "a", RemoteLocation(str(home))) as a:
+        sid = session_with(a, 2)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 1 and "holds other things (.bashrc)" in err and err.count("\n") == 1, err
+    result = CliRunner().invoke(cli, ["clone", str(home), str(tmp_path / "copy")])
+    assert result.exit_code == 1 and "is not an ags remote" in result.stderr
+    assert not (tmp_path / "copy").exists()
+    left = {p.name for p in home.iterdir()}
+    assert left - {".ags-locks", ".ags-tmp"} == {".git", ".bashrc"}
+
+
 def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path) -> None:
     (tmp_path / "remote").mkdir()
     (tmp_path / "there").mkdir()

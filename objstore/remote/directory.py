@@ -215,6 +215,11 @@ class DirectoryStorage(RemoteStorage):
         for key, st in sorted(found):
             yield ObjectInfo(key, st.st_size, _mtime(st), None)
 
+    def hidden_names(self) -> list[str]:
+        self._require_root()
+        names = self._guard(lambda: [entry.name for entry in os.scandir(self.root)])
+        return sorted(n for n in names if n.startswith(".") and n not in (LOCKS, TMP))
+
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
             path = self._path(key)

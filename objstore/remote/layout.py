@@ -135,12 +135,16 @@ def read_marker(storage: RemoteStorage) -> Marker | None:
     try:
         data, etag = storage.get_versioned(MARKER_KEY)
     except KeyMissing:
-        for info in storage.list(""):
-            if not info.key.startswith(PROBE_PREFIX):
-                raise BadRemote(
-                    f"{storage.url} holds other things ({info.key}) and is not an ags "
-                    "remote; use an empty bucket prefix or directory"
-                ) from None
+        other = next(
+            (info.key for info in storage.list("") if not info.key.startswith(PROBE_PREFIX)),
+            None,
+        )
+        other = other or next(iter(storage.hidden_names()), None)  # a home directory
+        if other is not None:
+            raise BadRemote(
+                f"{storage.url} holds other things ({other}) and is not an ags "
+                "remote; use an empty bucket prefix or directory"
+            ) from None
         return None
     return Marker(_marker_version(storage, data), etag)
 

@@ -189,6 +189,12 @@ class RemoteStorage(ABC):
         """Let go of connections and files (a no-op where there are none)."""
         return None
 
+    def hidden_names(self) -> list[str]:
+        """Names at the top of the remote that are neither keys nor the backend's own
+        (a directory's hidden files: ``.git``, ``.bashrc``), which a listing leaves
+        out; none on S3, where every name is a key."""
+        return []
+
     # -- shared ----------------------------------------------------------------
 
     def __enter__(self) -> RemoteStorage:
