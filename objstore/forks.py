@@ -15,7 +15,8 @@ exits. So, in a child:
   locks hold as before, and the child holds none of them;
 * every operation on a handle of the parent raises ``ForkedHandle``
   (``check``): its turn (turns.py) or its appends' queue may be held by a
-  thread that the child does not have;
+  thread that the child does not have (a ``SearchIndex`` of the parent's
+  too: SQLite's connections must not cross a fork);
 * closing such a handle, or its collection, does nothing.
 
 A handle the child opens itself is the child's own. ``subprocess`` does not

@@ -49,6 +49,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import zstandard
 
+from . import forks
 from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
 from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
@@ -243,7 +244,9 @@ def _quoted(text: str) -> str:
 class SearchIndex:
     """The search index of one store. Open with ``SearchIndex.open(store)``; close when done.
 
-    Like a ``Store`` handle, it belongs to one thread.
+    Like a ``Store`` handle, it belongs to one thread, and to the process that
+    opened it: in a child of a fork it raises ForkedHandle, and its close does
+    nothing (forks.py; SQLite's connections must not cross a fork either).
     """
 
     def __init__(self, store: Store) -> None:
@@ -251,6 +254,7 @@ class SearchIndex:
         self.path = store.path / INDEX_PATH
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._read_node = scanning(store.node, store.release_pages)
+        self._born, self._opener = forks.generation(), os.getpid()
         self._db = self._connect()
 
     @classmethod
@@ -258,7 +262,8 @@ class SearchIndex:
         return cls(store)
 
     def close(self) -> None:
-        self._db.close()
+        if self._born == forks.generation():
+            self._db.close()
 
     def __enter__(self) -> SearchIndex:
         return self
@@ -382,6 +387,7 @@ class SearchIndex:
         """Run ``operation``; if the file turns out corrupt, make a new one and run it
         once more (the new, empty index is filled by the refresh the operation does
         or, for a search that was told not to refresh, by one done here)."""
+        forks.check(self._born, self._opener)
         try:
             return operation()
         except sqlite3.Error as e:

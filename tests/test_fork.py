@@ -20,7 +20,7 @@ from objstore import Store, check_store
 # argv: store path, what the child does; prints the session id first.
 FORKING_WRITER = r"""
 import gc, os, sys, time
-from objstore import ForkedHandle, Store
+from objstore import ForkedHandle, SearchIndex, Store
 
 path, child_does = sys.argv[1], sys.argv[2]
 store = Store.open(path)
@@ -28,6 +28,8 @@ sid = store.new_session()
 print(sid, flush=True)
 for i in range(3):
     store.append(sid, {"role": "user", "content": f"before {i}"})
+index = SearchIndex.open(store)
+index.refresh()
 pid = os.fork()
 if pid == 0:
     if child_does == "exit":  # the finalizer runs, at the interpreter's exit
@@ -42,6 +44,7 @@ if pid == 0:
             ("append", lambda: store.append(sid, {"role": "user", "content": "child"})),
             ("context", lambda: store.context(sid)),
             ("title", lambda: store.set_title(sid, "child")),
+            ("search", lambda: index.search("before", refresh=False)),
         ):
             try:
                 call()
@@ -51,6 +54,7 @@ if pid == 0:
         with store:  # closing is quiet, and lets go of nothing
             pass
         store.close()
+        index.close()
         print(*said, sep="\n", flush=True)
         os._exit(0)
     if child_does == "wait":  # hold on to the copies until the parent is gone
@@ -66,6 +70,8 @@ if child_does == "wait":
 os.waitpid(pid, 0)
 for i in range(3):
     store.append(sid, {"role": "user", "content": f"after {i}"})
+assert len(index.search("after")) == 3
+index.close()
 store.close()
 print("closed", flush=True)
 """
@@ -111,7 +117,8 @@ def test_a_child_cannot_use_its_parents_handle(tmp_path: Path) -> None:
     out = _run(path, "use")
     sid, said, closed = out[0], out[1:-1], out[-1]
     assert closed == "closed"
-    assert [line.partition(": ")[0] for line in said] == ["append", "context", "title"]
+    names = [line.partition(": ")[0] for line in said]
+    assert names == ["append", "context", "title", "search"]
     for line in said:
         what = line.partition(": ")[2]
         assert what.startswith("ForkedHandle this store handle was opened by process "), line
