@@ -415,6 +415,18 @@ def test_a_directory_holding_only_hidden_files_is_not_a_remote(tmp_path: Path) -
     assert left - {".ags-locks", ".ags-tmp"} == {".git", ".bashrc"}
 
 
+def test_a_directory_holding_only_a_finders_litter_is_an_empty_remote(tmp_path: Path) -> None:
+    """The ``.DS_Store`` macOS's Finder leaves in a folder it shows is no other thing."""
+    usb = tmp_path / "usb"
+    usb.mkdir()
+    (usb / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    with new_store(tmp_path / "a", RemoteLocation(str(usb))) as a:
+        sid = session_with(a, 2)
+    code, _out, err = ags(tmp_path / "a", "push", sid)
+    assert code == 0, err
+    assert (usb / "ags-remote.json").is_file()
+
+
 def test_clone_into_a_directory_that_is_not_empty_changes_nothing(tmp_path: Path) -> None:
     (tmp_path / "remote").mkdir()
     (tmp_path / "there").mkdir()

@@ -42,6 +42,9 @@ from .storage import ObjectInfo, RemoteStorage, TransferStats
 
 LOCKS: Final = ".ags-locks"
 TMP: Final = ".ags-tmp"
+NOT_OTHER_THINGS: Final = frozenset({LOCKS, TMP, ".DS_Store"})
+"""Hidden names that do not make a directory other things than an empty remote: its
+own, and what macOS's Finder leaves in any folder it shows (FORMAT.md 16.2)."""
 T = TypeVar("T")
 
 
@@ -218,7 +221,7 @@ class DirectoryStorage(RemoteStorage):
     def hidden_names(self) -> list[str]:
         self._require_root()
         names = self._guard(lambda: [entry.name for entry in os.scandir(self.root)])
-        return sorted(n for n in names if n.startswith(".") and n not in (LOCKS, TMP))
+        return sorted(n for n in names if n.startswith(".") and n not in NOT_OTHER_THINGS)
 
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
