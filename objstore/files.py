@@ -329,14 +329,14 @@ class FileLock:
 
     def release(self) -> None:
         """Drop the lock and close the file."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            self._locked = False
-            forks.untrack(self)
-            os.close(fd)  # closing the only descriptor drops the flock
+        forks.untrack(self)
+        self._close()  # closing the only descriptor drops the flock
 
     def forget_in_child(self) -> None:
         """In a child of a fork: close this copy of the file; the parent's lock holds."""
+        self._close()
+
+    def _close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             self._locked = False

@@ -14,7 +14,7 @@ exits. So, in a child:
   written (``track``) are closed, without unlocking anything: the parent's
   locks hold as before, and the child holds none of them;
 * every operation on a handle of the parent raises ``ForkedHandle``
-  (``check``): its turn (turns.py) or its appends' queue may be held by a
+  (``Opener.check``): its turn (turns.py) or its appends' queue may be held by a
   thread that the child does not have (a ``SearchIndex`` of the parent's
   too: SQLite's connections must not cross a fork);
 * closing such a handle, or its collection, does nothing.
@@ -46,8 +46,23 @@ opened by an ancestor."""
 _tracked: weakref.WeakSet[_Forgets] = weakref.WeakSet()
 
 
-def generation() -> int:
-    return _generation
+class Opener:
+    """The process that opened a handle, and how many forks it was a child of then."""
+
+    __slots__ = ("born", "pid")
+
+    def __init__(self) -> None:
+        self.born, self.pid = _generation, os.getpid()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this process is a child of a fork of the opener."""
+        return self.born != _generation
+
+    def check(self) -> None:
+        """ForkedHandle in a child of a fork of the opener."""
+        if self.born != _generation:
+            raise ForkedHandle(self.pid, os.getpid())
 
 
 def track(holder: _Forgets) -> None:
@@ -57,13 +72,6 @@ def track(holder: _Forgets) -> None:
 
 def untrack(holder: _Forgets) -> None:
     _tracked.discard(holder)
-
-
-def check(born: int, opener: int) -> None:
-    """Raise ForkedHandle if a handle opened at fork count ``born`` by process
-    ``opener`` is used in a child of a fork."""
-    if born != _generation:
-        raise ForkedHandle(opener, os.getpid())
 
 
 def _in_child() -> None:

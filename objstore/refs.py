@@ -588,8 +588,8 @@ class RefStore:
             return []
         ending = [s for s in self._lingering if s.taken_at + MAX_LINGER <= now]
         self._lingering.difference_update(ending)
-        self._linger_due = min((s.taken_at for s in self._lingering), default=math.inf)
-        self._linger_due += MAX_LINGER
+        due = (s.taken_at + MAX_LINGER for s in self._lingering)
+        self._linger_due = min(due, default=math.inf)
         return ending
 
     def _wake_reaper(self, due: float) -> None:

@@ -254,7 +254,7 @@ class SearchIndex:
         self.path = store.path / INDEX_PATH
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._read_node = scanning(store.node, store.release_pages)
-        self._born, self._opener = forks.generation(), os.getpid()
+        self._opener = forks.Opener()
         self._db = self._connect()
 
     @classmethod
@@ -262,7 +262,7 @@ class SearchIndex:
         return cls(store)
 
     def close(self) -> None:
-        if self._born == forks.generation():
+        if not self._opener.forked:
             self._db.close()
 
     def __enter__(self) -> SearchIndex:
@@ -387,7 +387,7 @@ class SearchIndex:
         """Run ``operation``; if the file turns out corrupt, make a new one and run it
         once more (the new, empty index is filled by the refresh the operation does
         or, for a search that was told not to refresh, by one done here)."""
-        forks.check(self._born, self._opener)
+        self._opener.check()
         try:
             return operation()
         except sqlite3.Error as e:

@@ -318,13 +318,13 @@ def _read_node(objects: ObjectStore | BlockReader, node_id: str) -> Node:
 
 
 def _close_parts(
-    objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock], born: int
+    objects: ObjectStore, refs: RefStore, writers: dict[str, WriterLock], opener: forks.Opener
 ) -> None:
-    """Close a handle opened at fork count ``born``: seal its pack, let go of every
-    file and lock (a no-op when closed already, or in a child of a fork: forks.py).
-    Also what a handle that is collected without ``close`` runs (``weakref.finalize``),
-    so it must not refer to the handle itself."""
-    if born != forks.generation():
+    """Close a handle: seal its pack, let go of every file and lock (a no-op when
+    closed already, or in a child of a fork of its ``opener``: forks.py). Also what a
+    handle that is collected without ``close`` runs (``weakref.finalize``), so it
+    must not refer to the handle itself."""
+    if opener.forked:
         return
     try:
         objects.close()
@@ -366,8 +366,8 @@ class Store:
         self._batch_depth = 0
         self._listing = ListingIndex(path / "refs" / "sessions", path / "cache", self.tmp_dir)
         # Closing twice is harmless, so the finalizer stays armed after ``close``.
-        born = self._turns.born
-        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers, born)
+        opener = self._turns.opener
+        weakref.finalize(self, _close_parts, self.objects, self.refs, self._writers, opener)
 
     # -- opening and closing ---------------------------------------------------
 
@@ -423,11 +423,11 @@ class Store:
         """Seal this handle's pack and release every writer lock. A handle used again
         after ``close`` opens what it needs again; closing again lets go of it. In a
         child of a fork, the parent's handle is left alone (forks.py)."""
-        if self._turns.forked:
+        if self._turns.opener.forked:
             return
         with self._turns:
             self._tips.clear()
-            _close_parts(self.objects, self.refs, self._writers, self._turns.born)
+            _close_parts(self.objects, self.refs, self._writers, self._turns.opener)
 
     def __enter__(self) -> Store:
         return self
@@ -645,7 +645,7 @@ class Store:
         each content is stored once as a ``file`` object (FORMAT.md 4.3) and
         read back with ``node(id).files`` and ``file_bytes``.
         """
-        self._turns.check()  # a child of a fork never queues (forks.py)
+        self._turns.opener.check()  # a child of a fork never queues (forks.py)
         if type(message) is not dict:
             raise InvalidInput("a message must be a JSON object")
         # Encoded and checked before the turn, so that bad input is refused in the

@@ -31,7 +31,6 @@ have may hold it.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -49,20 +48,10 @@ class Turns:
         self._owner: int | None = None
         self._depth = 0
         self._left = threading.local()  # exits still owed by a thread that left
-        self.born = forks.generation()  # the fork count where it was made (forks.py)
-        self._opener = os.getpid()
-
-    @property
-    def forked(self) -> bool:
-        """Whether this process is a child of a fork of the one that made the turn."""
-        return self.born != forks.generation()
-
-    def check(self) -> None:
-        """ForkedHandle in a child of a fork of the process that made the turn."""
-        forks.check(self.born, self._opener)
+        self.opener = forks.Opener()  # its process: no turn in a child of a fork
 
     def __enter__(self) -> None:
-        forks.check(self.born, self._opener)
+        self.opener.check()
         me = threading.get_ident()
         if self._owner == me:
             self._depth += 1

@@ -387,13 +387,23 @@ def test_a_damaged_pack_on_the_remote_is_refused_and_moves_nothing(tmp_path: Pat
     assert {k for k in after if "refs/" in k} == {k for k in before if "refs/" in k}
 
 
-def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> None:
-    remote = tmp_path / "photos"
-    remote.mkdir()
-    (remote / "cat.jpg").write_bytes(b"meow")
+def _push_to_directory_holding(
+    tmp_path: Path, name: str, files: dict[str, bytes]
+) -> tuple[Path, int, str]:
+    """The directory remote ``name``, made holding ``files`` (relative path -> bytes),
+    the exit code and stderr of a push of a new session of two messages to it."""
+    remote = tmp_path / name
+    for rel, data in files.items():
+        (remote / rel).parent.mkdir(parents=True, exist_ok=True)
+        (remote / rel).write_bytes(data)
     with new_store(tmp_path / "a", RemoteLocation(str(remote))) as a:
         sid = session_with(a, 2)
     code, _out, err = ags(tmp_path / "a", "push", sid)
+    return remote, code, err
+
+
+def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> None:
+    remote, code, err = _push_to_directory_holding(tmp_path, "photos", {"cat.jpg": b"meow"})
     assert code == 1 and "is not an ags remote" in err
     assert sorted(p.name for p in remote.iterdir() if not p.name.startswith(".")) == ["cat.jpg"]
 
@@ -401,12 +411,9 @@ def test_a_directory_holding_other_things_is_not_pushed_to(tmp_path: Path) -> No
 def test_a_directory_holding_only_hidden_files_is_not_a_remote(tmp_path: Path) -> None:
     """A home directory, or a project of only ``.git``: a listing leaves hidden names
     out (they are no keys), so it looked empty, and a clone and a push took it."""
-    home = tmp_path / "home"
-    (home / ".git").mkdir(parents=True)
-    (home / ".bashrc").write_text("alias ll='ls -l'\n")
-    with new_store(tmp_path / "a", RemoteLocation(str(home))) as a:
-        sid = session_with(a, 2)
-    code, _out, err = ags(tmp_path / "a", "push", sid)
+    home, code, err = _push_to_directory_holding(
+        tmp_path, "home", {".git/HEAD": b"ref: refs/heads/main\n", ".bashrc": b"alias ll=ls\n"}
+    )
     assert code == 1 and "holds other things (.bashrc)" in err and err.count("\n") == 1, err
     result = CliRunner().invoke(cli, ["clone", str(home), str(tmp_path / "copy")])
     assert result.exit_code == 1 and "is not an ags remote" in result.stderr
@@ -417,12 +424,7 @@ def test_a_directory_holding_only_hidden_files_is_not_a_remote(tmp_path: Path) -
 
 def test_a_directory_holding_only_a_finders_litter_is_an_empty_remote(tmp_path: Path) -> None:
     """The ``.DS_Store`` macOS's Finder leaves in a folder it shows is no other thing."""
-    usb = tmp_path / "usb"
-    usb.mkdir()
-    (usb / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
-    with new_store(tmp_path / "a", RemoteLocation(str(usb))) as a:
-        sid = session_with(a, 2)
-    code, _out, err = ags(tmp_path / "a", "push", sid)
+    usb, code, err = _push_to_directory_holding(tmp_path, "usb", {".DS_Store": b"\0\0\0\1Bud1"})
     assert code == 0, err
     assert (usb / "ags-remote.json").is_file()
 

@@ -135,11 +135,8 @@ def read_marker(storage: RemoteStorage) -> Marker | None:
     try:
         data, etag = storage.get_versioned(MARKER_KEY)
     except KeyMissing:
-        other = next(
-            (info.key for info in storage.list("") if not info.key.startswith(PROBE_PREFIX)),
-            None,
-        )
-        other = other or next(iter(storage.hidden_names()), None)  # a home directory
+        keys = (info.key for info in storage.list("") if not info.key.startswith(PROBE_PREFIX))
+        other = next(keys, None) or next(iter(storage.hidden_names()), None)  # a home dir
         if other is not None:
             raise BadRemote(
                 f"{storage.url} holds other things ({other}) and is not an ags "
