@@ -104,7 +104,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections import OrderedDict
-from itertools import accumulate, compress, count, filterfalse
+from itertools import compress, count, filterfalse
 from operator import is_not, ne
 from typing import TYPE_CHECKING, Any, Final
 
@@ -475,7 +475,17 @@ class _ArrayBlock:
     through the block's own table. Its hex ids, the dictionary of them and where each
     body starts are made when first needed (a message run needs none but the last)."""
 
-    __slots__ = ("_ids", "_index", "_starts", "claimed", "content", "kind", "lengths", "raw_ids")
+    __slots__ = (
+        "_ids",
+        "_index",
+        "_starts",
+        "_table",
+        "claimed",
+        "content",
+        "kind",
+        "lengths",
+        "raw_ids",
+    )
 
     def __init__(self, content: bytes, table: ArrayTable, claimed: bool) -> None:
         self.content = content
@@ -483,9 +493,10 @@ class _ArrayBlock:
         self.claimed = claimed
         self.raw_ids = table.ids
         self.lengths = table.lengths
+        self._table = table
         self._ids: list[str] | None = None
         self._index: dict[str, int] | None = None
-        self._starts: int | list[int] = table.start  # the list, once made
+        self._starts: list[int] | None = None
 
     @property
     def index(self) -> dict[str, int]:
@@ -497,10 +508,10 @@ class _ArrayBlock:
 
     @property
     def starts(self) -> list[int]:
-        """Where each body starts in the content, in block order."""
-        if isinstance(self._starts, int):
-            after = map((1).__add__, self.lengths[:-1])
-            self._starts = list(accumulate(after, initial=self._starts + 1))
+        """Where each body (value, in the MessagePack layout) starts in the content, in
+        block order."""
+        if self._starts is None:
+            self._starts = self._table.starts()
         return self._starts
 
     @property
@@ -511,9 +522,11 @@ class _ArrayBlock:
         return self._ids
 
     def body(self, oid: str) -> bytes:
-        i = self.index[oid]
-        start = self.starts[i]
-        return self.content[start : start + self.lengths[i]]
+        """The body of ``oid``; CorruptObject for a MessagePack value that is not one."""
+        try:
+            return self._table.body(self.content, self.index[oid], self.starts)
+        except ValueError as e:
+            raise CorruptObject(oid, f"its block cannot give it ({e})") from None
 
     def place(self, oid: str, at: int) -> int | None:
         """The place of ``oid`` whose body the index says starts at ``at``, if the
@@ -660,11 +673,9 @@ class _Fill:
         ):
             return False
         try:
-            values = orjson.loads(memoryview(content)[table.start :])
-        except orjson.JSONDecodeError:
+            values = table.values(content)
+        except ValueError:
             return False  # read by take_array, and named if it cannot be
-        if type(values) is not list or len(values) != n:
-            return False
         self._in_order += values
         return True
 
@@ -759,16 +770,19 @@ class _Fill:
         found, wanted, last = self.found, self.wanted, len(ids) - 1
         if claimed and sum(ids[last * i // _SAMPLES] in wanted for i in range(_SAMPLES + 1)) > 1:
             try:
-                values = orjson.loads(memoryview(content)[table.start :])
-            except orjson.JSONDecodeError:
-                values = None  # each is read alone below, and named if it cannot be
-            if type(values) is list and len(values) == len(ids):
                 # Those found already (a copy beside a live writer) are found again.
-                found.update(zip(ids, values, strict=True))
+                found.update(zip(ids, table.values(content), strict=True))
                 return True
-        starts, lengths = table.starts(), table.lengths
-        for i in [i for i, oid in enumerate(ids) if oid in wanted and oid not in found]:
-            self.put(ids[i], content[starts[i] : starts[i] + lengths[i]], claimed=claimed)
+            except ValueError:
+                pass  # each is read alone below, and named if it cannot be
+        starts = table.starts()
+        places = [i for i, oid in enumerate(ids) if oid in wanted and oid not in found]
+        try:
+            bodies = [table.body(content, i, starts) for i in places]
+        except ValueError:
+            return False  # a MessagePack value that is no body: each is read alone
+        for i, body in zip(places, bodies, strict=True):
+            self.put(ids[i], body, claimed=claimed)
         return True
 
     def values(self) -> list[Any]:

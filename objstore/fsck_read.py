@@ -50,7 +50,7 @@ from .pack_format import (
     array_separators,
     array_table,
     block_claim,
-    block_piece,
+    block_pieces,
     is_array_block,
     iter_block,
     iter_records,
@@ -207,8 +207,8 @@ class Reader:
                 return
             if not array_separators(content, table):
                 found.pack_problems.append(
-                    f"block {where} holds its bodies in no JSON array where its table "
-                    "says; a context read parses that array"
+                    f"block {where} holds its bodies in no array where its table says; "
+                    "a context read parses that array"
                 )
             self.array(content, table, pack.placement(), off, unclaimed if claimed else None)
             pos = len(content)
@@ -311,9 +311,11 @@ class Reader:
         off: int,
         unclaimed: list[str] | None,
     ) -> None:
-        """``entries`` for a block in the array layout (FORMAT.md 5.5), whose table fits
-        it: each object hashed as ``kind + NUL + body``, then checked as ``entries``
-        checks it. Every object of such a block goes through this loop: keep it tight."""
+        """``entries`` for a block in the array or the MessagePack layout (FORMAT.md 5.5),
+        whose table fits it: each object hashed as ``kind + NUL + body`` (in the
+        MessagePack layout, the body written again from its value), then checked as
+        ``entries`` checks it. Every object of such a block goes through this loop:
+        keep it tight."""
         found = self.found
         view = memoryview(content)
         kind, ids, lengths = table.kind, table.ids, table.lengths
@@ -322,15 +324,20 @@ class Reader:
         is_blob = kind == b"blob\0"
         blobs = found.blobs
         placed = placements = 0
+        bodies = _packed_bodies(content, table) if table.packed else None
         for i, start in enumerate(table.starts()):
             raw = ids[32 * i : 32 * i + 32]
             end = start + lengths[i]
-            if hasher.copy().update(view[start:end]).digest() != raw:
+            body = view[start:end] if bodies is None else bodies[i]
+            if body is None:
+                self.corrupt(raw, "its MessagePack value is not the body its block's table gives")
+                continue
+            if hasher.copy().update(body).digest() != raw:
                 self.corrupt(raw, "its content does not hash to its id")
                 continue
             if is_blob:
                 blobs.append(from_bytes(raw[:8]) >> 4)
-                self.blob(raw, view[start:end], unclaimed)
+                self.blob(raw, body, unclaimed)
             elif (match := everyday(content, start, end)) is not None:
                 self.everyday_node(raw, match)
             else:
@@ -338,12 +345,12 @@ class Reader:
                 if unclaimed is not None and not read_exactly(content[start:end]):
                     unclaimed.append(raw.hex())
             placed += 1
-            placements += hash(place(raw, off, start, end - start + 5))
+            placements += hash(place(raw, off, start, lengths[i] + 5))
         found.count += len(lengths)
         found.placed += placed
         found.placements += placements
 
-    def blob(self, raw: bytes, body: memoryview, unclaimed: list[str] | None) -> None:
+    def blob(self, raw: bytes, body: memoryview | bytes, unclaimed: list[str] | None) -> None:
         """Check a blob's body: JSON, nested within the limit, and (for a block's claim,
         ``unclaimed`` given) no number orjson may have read inexactly; one walk
         answers both."""
@@ -387,7 +394,7 @@ class Reader:
     def problem(self, raw: bytes, what: str) -> None:
         self.found.problems.append((raw.hex(), what))
 
-    def blob_problem(self, raw: bytes, body: memoryview) -> None:
+    def blob_problem(self, raw: bytes, body: memoryview | bytes) -> None:
         try:
             check_json_text(bytes(body))  # the standard parser decides, and says why
         except ValueError as e:
@@ -595,7 +602,7 @@ def nodes_of_part(pack: SealedPack, first: int, stop: int) -> Iterator[Node]:
         if record.type == TYPE_BLOCK:
             try:
                 content = decompress_block(payload)
-                contents = [(o, block_piece(content, at, n)) for o, at, n in iter_block(content)]
+                contents = [(o, piece) for o, _, _, piece in block_pieces(content)]
             except ValueError:
                 contents = []
         elif record.type == TYPE_OBJECT:
@@ -610,3 +617,16 @@ def nodes_of_part(pack: SealedPack, first: int, stop: int) -> Iterator[Node]:
                 with suppress(ObjectError):
                     yield parse_node(oid, piece[5:])
     pack.release(first, stop)
+
+
+def _packed_bodies(content: bytes, table: ArrayTable) -> list[bytes | None]:
+    """The body of each value of a MessagePack-layout block (FORMAT.md 5.5), each value
+    read alone where the table puts it; None for one that is no such body."""
+    bodies: list[bytes | None] = []
+    starts = table.starts()
+    for i in range(len(starts)):
+        try:
+            bodies.append(table.body(content, i, starts))
+        except ValueError:
+            bodies.append(None)
+    return bodies

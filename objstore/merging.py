@@ -13,7 +13,7 @@ import blake3
 from . import objects
 from .errors import CorruptObject
 from .files import read_file
-from .pack_format import RECORD_HEAD, block_piece
+from .pack_format import RECORD_HEAD, block_piece, block_pieces
 from .packs import BLOCK_BYTES, BlockPackWriter, SealedPack, block_group
 
 COPIED_WHOLE_BYTES: Final = BLOCK_BYTES * 3 // 4
@@ -67,10 +67,14 @@ def merged_pack(
                     continue
                 if keep is None and _copied_whole(merged, record, content, members):
                     continue
-                for oid, inner, length in members:
+                try:
+                    pieces = block_pieces(content)
+                except ValueError:  # a MessagePack value that is no body: copied as it is
+                    broken.append((record, members))
+                    continue
+                for oid, _, _, piece in pieces:
                     if not wanted(oid):
                         continue
-                    piece = block_piece(content, inner, length)
                     try:
                         objects.verified(oid, piece)
                     except CorruptObject:
@@ -110,5 +114,9 @@ def _copied_whole(
     if blake3.blake3(memoryview(record)[RECORD_HEAD.size :]).digest() != checksum:
         return False
     _oid, inner, length = members[0]
-    merged.copy_block(record, members, block_group(block_piece(content, inner, length)))
+    try:
+        group = block_group(block_piece(content, inner, length))
+    except ValueError:  # a MessagePack value that is no body: the merge reads each
+        return False
+    merged.copy_block(record, members, group)
     return True

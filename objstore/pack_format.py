@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,8 +18,11 @@ from itertools import accumulate
 from typing import Final, NamedTuple
 
 import blake3
+import msgspec
+import orjson
 
-from .errors import DamagedIndex
+from .canonical import check_json, encode
+from .errors import DamagedIndex, InvalidInput
 
 PACK_MAGIC: Final = b"AGSPACK\x01"  # written by a handle as it appends (5.1)
 BLOCK_PACK_MAGIC: Final = b"AGSPACK\x02"  # sealed: objects compressed together (5.5)
@@ -171,8 +175,12 @@ def encode_block(entries: Iterable[tuple[str, bytes]]) -> bytes:
 ARRAY_MARK: Final = bytes(32)
 """How an array-layout block's content starts (5.5): 32 zero bytes, which no object's id
 can be, where an entry-layout block's starts with its first object's id."""
+PACKED_MARK: Final = bytes(31) + b"\x01"
+"""How a MessagePack-layout block's content starts (5.5): 31 zero bytes and 0x01."""
 ARRAY_HEAD: Final = struct.Struct("<32s5sI")  # the mark | kind + NUL | n
 ARRAY_KINDS: Final = (b"blob\0", b"node\0")  # the kinds whose bodies are JSON
+PACKED_ARRAY: Final = struct.Struct(">BI")  # MessagePack's array 32 head: 0xdd | n (BE)
+_PACKED_ARRAY_TYPE: Final = 0xDD
 _KIND_BYTES: Final = len("blob\0")
 
 
@@ -181,20 +189,14 @@ def encode_array_block(kind: bytes, entries: Iterable[tuple[str, bytes]]) -> byt
     (``b"blob"`` or ``b"node"``), given as ``(id, body)``: the mark, ``kind + NUL``,
     n (u32 LE), the n ids, the n body lengths (u32 LE), then ``[body,body,...]``, so
     that one JSON parse of its end gives every body's value."""
-    oids, bodies = [], []
-    for oid, body in entries:
-        oids.append(oid)
-        bodies.append(body)
+    oids, bodies = _split(entries)
     n = len(bodies)
     if not n or kind + b"\0" not in ARRAY_KINDS:
         raise ValueError("an array block holds one or more blobs or nodes")
-    ids = bytes.fromhex("".join(oids))  # one call, not one an id (a seal's time)
-    if len(ids) != 32 * n:
-        raise ValueError("an array block's ids are 32 bytes each")
     return b"".join(
         [
             ARRAY_HEAD.pack(ARRAY_MARK, kind + b"\0", n),
-            ids,
+            _raw_ids(oids),
             struct.pack(f"<{n}I", *map(len, bodies)),
             b"[",
             b",".join(bodies),
@@ -203,26 +205,153 @@ def encode_array_block(kind: bytes, entries: Iterable[tuple[str, bytes]]) -> byt
     )
 
 
+def encode_packed_block(entries: Iterable[tuple[str, bytes, bytes]]) -> bytes:
+    """The content of a block in the MessagePack layout (5.5) of blobs given as ``(id,
+    body, value)``, ``value`` the MessagePack of the body's value (``packed_values``):
+    the mark, ``blob + NUL``, n (u32 LE), the n ids, the n body lengths and the n value
+    lengths (u32 LE each), then MessagePack's array 32 head and the values, so that one
+    MessagePack decode of its end gives every body's value."""
+    oids, bodies, values = [], [], []
+    for oid, body, value in entries:
+        oids.append(oid)
+        bodies.append(body)
+        values.append(value)
+    n = len(bodies)
+    if not n:
+        raise ValueError("a MessagePack block holds one or more blobs")
+    return b"".join(
+        [
+            ARRAY_HEAD.pack(PACKED_MARK, b"blob\0", n),
+            _raw_ids(oids),
+            struct.pack(f"<{2 * n}I", *map(len, bodies), *map(len, values)),
+            PACKED_ARRAY.pack(_PACKED_ARRAY_TYPE, n),
+            *values,
+        ]
+    )
+
+
+def packed_values(bodies: Iterable[bytes], canonical: Iterable[bool]) -> list[bytes] | None:
+    """The MessagePack of each body's value, for a block in the MessagePack layout, or
+    None if a body is not the canonical JSON (section 3) of its value, which the layout
+    stands for (a reader writes it again from the value). Each body must read exactly
+    with orjson (5.5, WITHIN_LIMITS); ``canonical``, for each, whether it is known to be
+    canonical (orjson wrote it from a value with no float), so not encoded again to
+    check."""
+    values: list[bytes] = []
+    pack = msgspec.msgpack.encode
+    for body, known in zip(bodies, canonical, strict=True):
+        value = orjson.loads(body)
+        if not known:
+            try:
+                if body_of_value(value) != body:
+                    return None
+            except ValueError:
+                return None
+        values.append(pack(value))
+    return values
+
+
+def array_size(bodies: list[bytes]) -> int:
+    """The size of the content of an array-layout block of these bodies."""
+    return ARRAY_HEAD.size + 37 * len(bodies) + sum(map(len, bodies)) + 1
+
+
+def packed_size(values: list[bytes]) -> int:
+    """The size of the content of a MessagePack-layout block of these values."""
+    return ARRAY_HEAD.size + 40 * len(values) + PACKED_ARRAY.size + sum(map(len, values))
+
+
+def body_of_value(value: object) -> bytes:
+    """The canonical JSON (section 3) of a value read from a MessagePack-layout block: the
+    body that value stands for. ValueError if it is no JSON value (a MessagePack type
+    JSON has not, a key that is not a string, nesting past the limit)."""
+    try:
+        return encode(value, fast=check_json(value))[0]
+    except InvalidInput as e:
+        raise ValueError(f"a MessagePack value is not JSON ({e})") from None
+
+
+def decode_packed(data: bytes | memoryview) -> object:
+    """One MessagePack value (``data`` holds it exactly); ValueError if it does not."""
+    try:
+        return msgspec.msgpack.decode(data)
+    except msgspec.DecodeError as e:
+        raise ValueError(f"not a MessagePack value ({e})") from None
+
+
+def _split(entries: Iterable[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
+    oids, bodies = [], []
+    for oid, body in entries:
+        oids.append(oid)
+        bodies.append(body)
+    return oids, bodies
+
+
+def _raw_ids(oids: list[str]) -> bytes:
+    ids = bytes.fromhex("".join(oids))  # one call, not one an id (a seal's time)
+    if len(ids) != 32 * len(oids):
+        raise ValueError("a block's ids are 32 bytes each")
+    return ids
+
+
 def is_array_block(content: bytes | memoryview) -> bool:
-    """Whether a block's content is in the array layout (else the entry layout)."""
-    return content[:32] == ARRAY_MARK
+    """Whether a block's content is in the array layout or the MessagePack layout (both
+    tabled, ``array_table``), else the entry layout."""
+    mark = content[:32]
+    return mark in (ARRAY_MARK, PACKED_MARK)
 
 
 class ArrayTable(NamedTuple):
-    """The table at the head of an array-layout block (5.5)."""
+    """The table at the head of a block in the array or the MessagePack layout (5.5)."""
 
     kind: bytes  # kind + NUL: b"blob\0" or b"node\0"
     ids: bytes  # the n raw ids, 32 bytes each, in block order
     lengths: tuple[int, ...]  # of each body
-    start: int  # where ``[`` is, the JSON array of the bodies
+    start: int  # where ``[`` is, the JSON array of the bodies (or MessagePack's of values)
+    value_lengths: tuple[int, ...] = ()  # of each value, in the MessagePack layout only
+
+    @property
+    def packed(self) -> bool:
+        """Whether the block is in the MessagePack layout."""
+        return bool(self.value_lengths)
 
     def hex_ids(self) -> list[str]:
         """Each id as 64 hex digits, in block order."""
         return hex_ids(self.ids)
 
     def starts(self) -> list[int]:
-        """Where each body starts in the content, in block order."""
+        """Where each body starts in the content (each value, in the MessagePack layout),
+        in block order."""
+        if self.value_lengths:
+            return list(accumulate(self.value_lengths[:-1], initial=self.start + PACKED_ARRAY.size))
         return list(accumulate(map((1).__add__, self.lengths[:-1]), initial=self.start + 1))
+
+    def values(self, content: bytes | memoryview) -> list[object]:
+        """Every body's value, in block order, by one parse of the block's array (JSON or
+        MessagePack); ValueError if it does not read as n values."""
+        tail = memoryview(content)[self.start :]
+        values = decode_packed(tail) if self.value_lengths else orjson.loads(tail)
+        if type(values) is not list or len(values) != len(self.lengths):
+            raise ValueError("a block's array does not read as its objects")
+        return values
+
+    def body(self, content: bytes | memoryview, i: int, starts: list[int]) -> bytes:
+        """Body ``i``, given ``starts()``: sliced from the content, or in the MessagePack
+        layout written again from its value (``body_of_value``), which must give the
+        length the table does; ValueError for a value that is not such a body."""
+        at = starts[i]
+        if not self.value_lengths:
+            return bytes(content[at : at + self.lengths[i]])
+        value = decode_packed(memoryview(content)[at : at + self.value_lengths[i]])
+        body = body_of_value(value)
+        if len(body) != self.lengths[i]:
+            raise ValueError("a MessagePack value is not the body its table gives")
+        return body
+
+    def bodies(self, content: bytes | memoryview) -> list[bytes]:
+        """Every body, in block order (``body``)."""
+        starts = self.starts()
+        return [self.body(content, i, starts) for i in range(len(starts))]
 
 
 def hex_ids(raw: bytes) -> list[str]:
@@ -237,29 +366,43 @@ def _ids_struct(n: int) -> struct.Struct:
 
 
 def array_table(content: bytes | memoryview) -> ArrayTable:
-    """The table of an array-layout block's content, checked as far as finding the
-    bodies relies on it: a known kind, at least one object, and lengths that add up,
-    with the brackets and commas, to the content's end exactly. ValueError otherwise.
-    (Whether the separators are in place is ``array_separators``'.)"""
+    """The table of a block's content in the array or the MessagePack layout, checked as
+    far as finding the bodies (values) relies on it: a known kind (the MessagePack
+    layout holds blobs only), at least one object, and lengths that add up, with the
+    brackets and commas (the array's head), to the content's end exactly. ValueError
+    otherwise. (Whether the separators are in place is ``array_separators``'.)"""
     size = len(content)
     if size < ARRAY_HEAD.size:
         raise ValueError("an array block is cut in its head")
     mark, kind, n = ARRAY_HEAD.unpack_from(content)
-    if mark != ARRAY_MARK or kind not in ARRAY_KINDS:
+    packed = mark == PACKED_MARK
+    if not (mark == ARRAY_MARK or packed) or kind not in ARRAY_KINDS:
         raise ValueError("an array block names no kind of JSON object")
+    if packed and kind != b"blob\0":
+        raise ValueError("a MessagePack block holds blobs only")
     ids_end = ARRAY_HEAD.size + 32 * n
-    start = ids_end + 4 * n
+    start = ids_end + (8 if packed else 4) * n
     if n == 0 or start + 2 > size:
         raise ValueError(f"an array block of {n} objects does not fit its {size} bytes")
     lengths = struct.unpack_from(f"<{n}I", content, ids_end)
+    ids = bytes(content[ARRAY_HEAD.size : ids_end])
+    if packed:
+        values = struct.unpack_from(f"<{n}I", content, ids_end + 4 * n)
+        if start + PACKED_ARRAY.size + sum(values) != size:
+            raise ValueError("the values of a MessagePack block do not add up to its size")
+        return ArrayTable(kind, ids, lengths, start, values)
     if start + sum(lengths) + n + 1 != size:
         raise ValueError("the bodies of an array block do not add up to its size")
-    return ArrayTable(kind, bytes(content[ARRAY_HEAD.size : ids_end]), lengths, start)
+    return ArrayTable(kind, ids, lengths, start)
 
 
 def array_separators(content: bytes | memoryview, table: ArrayTable) -> bool:
-    """Whether ``[``, the commas and ``]`` are where the table puts them."""
+    """Whether ``[``, the commas and ``]`` are where the table puts them (in the
+    MessagePack layout: the array's head, 0xdd and n)."""
     view = bytes(content) if isinstance(content, memoryview) else content
+    if table.packed:
+        head = PACKED_ARRAY.unpack_from(view, table.start)
+        return head == (_PACKED_ARRAY_TYPE, len(table.lengths))
     if view[table.start : table.start + 1] != b"[" or view[-1:] != b"]":
         return False
     return all(view[at - 1] == 0x2C for at in table.starts()[1:])
@@ -289,10 +432,31 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
 
 def block_piece(content: bytes, at: int, length: int) -> bytes:
     """The ``kind + NUL + body`` of the object an index entry (or ``iter_block``) puts at
-    ``at``, ``length`` in a block's content, in either layout."""
+    ``at``, ``length`` in a block's content, in any layout (in the MessagePack layout,
+    the body written again from its value: ValueError where the table does not put a
+    value at ``at`` whose body has that length)."""
+    if content[:32] == PACKED_MARK:
+        table = array_table(content)
+        starts = table.starts()
+        i = bisect_left(starts, at)
+        if i == len(starts) or starts[i] != at or table.lengths[i] + _KIND_BYTES != length:
+            raise ValueError("no object of a MessagePack block is where its index says")
+        return table.kind + table.body(content, i, starts)
     if is_array_block(content):
         return content[32 : 32 + _KIND_BYTES] + content[at : at + length - _KIND_BYTES]
     return content[at : at + length]
+
+
+def block_pieces(content: bytes) -> list[tuple[str, int, int, bytes]]:
+    """``(id, offset, length, kind + NUL + body)`` of each object of a block's content,
+    in block order, as ``iter_block`` and ``block_piece`` give them, the block's table
+    read once: what a merge, fsck and a fetch read whole. ValueError as they raise."""
+    if content[:32] == PACKED_MARK:
+        table = array_table(content)
+        pieces = [table.kind + body for body in table.bodies(content)]
+        sizes = map(_KIND_BYTES.__add__, table.lengths)
+        return list(zip(table.hex_ids(), table.starts(), sizes, pieces, strict=True))
+    return [(oid, at, n, block_piece(content, at, n)) for oid, at, n in iter_block(content)]
 
 
 def block_members(

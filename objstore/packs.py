@@ -65,18 +65,23 @@ from .pack_format import (
     Location,
     Scan,
     array_separators,
+    array_size,
     array_table,
     block_claim,
     block_entries,
     block_piece,
+    block_pieces,
     encode_array_block,
     encode_block,
     encode_claim,
     encode_index,
+    encode_packed_block,
     encode_record,
     is_array_block,
     iter_block,
     iter_records,
+    packed_size,
+    packed_values,
     parse_index,
     payload_location,
     scan_buffer,
@@ -722,17 +727,26 @@ def block_payload(
     by the caller) and its record's payload: the zstd frame, then its claim (5.5),
     WITHIN_LIMITS if every object is a blob or a node that orjson reads exactly
     (``known_exact``: ids of blobs and nodes whose JSON orjson wrote, and nested no
-    deeper than the limit, so not parsed again). Such a block of objects of one kind
-    is written in the array layout, any other in the entry layout."""
+    deeper than the limit, so not parsed again). Such a block of blobs is written in
+    the MessagePack layout if each body is the canonical JSON of its value (those
+    known exact are: orjson wrote them), else, as such a block of nodes, in the array
+    layout; any other in the entry layout."""
     kinds = {piece[:5] for piece in objects_in.values()}
     # Set operations, not a test per object: a seal's objects are nearly all known exact.
-    exact = kinds <= _JSON_KINDS and all(
-        read_exactly(objects_in[oid][5:]) for oid in objects_in.keys() - known_exact
-    )
-    if exact and len(kinds) == 1:
+    unknown = objects_in.keys() - known_exact
+    exact = kinds <= _JSON_KINDS and all(read_exactly(objects_in[oid][5:]) for oid in unknown)
+    content = None
+    if exact and kinds == {b"blob\0"}:
+        bodies = [piece[5:] for piece in objects_in.values()]
+        values = packed_values(bodies, [oid not in unknown for oid in objects_in])
+        # No bigger than the array layout (floats grow: 0.5 takes 9 bytes), so within
+        # the bound a reader holds a block's content to.
+        if values is not None and packed_size(values) <= array_size(bodies):
+            content = encode_packed_block(zip(objects_in, bodies, values, strict=True))
+    if content is None and exact and len(kinds) == 1:
         kind = kinds.pop()[:4]
         content = encode_array_block(kind, ((oid, p[5:]) for oid, p in objects_in.items()))
-    else:
+    if content is None:
         content = encode_block(objects_in.items())
     return content, encode_claim(_block_compressor().compress(content), WITHIN_LIMITS * exact)
 
@@ -800,12 +814,13 @@ def verified_block(frame: bytes | memoryview) -> list[tuple[str, int, int]]:
     are, so a context read here will believe it); ValueError or CorruptObject for a
     payload that is not what it claims."""
     content = decompress_block(frame)
-    members = list(iter_block(content))
+    pieces = block_pieces(content)
     if is_array_block(content) and not array_separators(content, array_table(content)):
-        raise ValueError("its JSON array is not where its table says")
+        raise ValueError("its array is not where its table says")
     exact = block_claim(frame) & WITHIN_LIMITS
-    for oid, inner, n in members:
-        kind, body = objects.verified(oid, block_piece(content, inner, n))
+    members = [(oid, inner, n) for oid, inner, n, _ in pieces]
+    for oid, _, _, piece in pieces:
+        kind, body = objects.verified(oid, piece)
         if exact and (kind not in ("blob", "node") or not read_exactly(body)):
             raise ValueError(
                 f"it claims that each of its objects reads exactly, but {oid} does not"
@@ -975,10 +990,10 @@ class SealedPack:
         if inner == NOT_IN_A_BLOCK:
             return objects.decode(oid, self._data[off : off + length])
         try:
-            content = self._block(off)
+            piece = block_piece(self._block(off), inner, length)
         except ValueError as e:
             raise CorruptObject(oid, f"its block at offset {off} cannot be read ({e})") from None
-        return objects.verified(oid, block_piece(content, inner, length))
+        return objects.verified(oid, piece)
 
     def in_block(self, oid: str) -> tuple[int, int, int] | None:
         """Where the object sits in a block: (payload offset of the block's record, offset
@@ -1606,8 +1621,11 @@ class OpenPack:
         where = self._in_blocks.get(oid)
         if where is None or where[:2] != loc:
             return self.read(loc)
-        content = decompress_block(self.read(loc))
-        return objects.stored_as_is(block_piece(content, where[2], where[3]))
+        try:
+            content = decompress_block(self.read(loc))
+            return objects.stored_as_is(block_piece(content, where[2], where[3]))
+        except ValueError:
+            return self.read(loc)  # which does not decode: the object reads as corrupt
 
     def sync(self) -> None:
         """Make what its writer wrote so far durable (a reader relies on an object in it)."""

@@ -86,13 +86,14 @@ from .walk import context_blobs, last_message_nodes, open_span, walk
 
 FORMAT_NAME: Final = "ags-store"
 # 2: block packs (FORMAT.md 5.5); 3: file objects and nodes' ``files`` (4.3); 4: heads
-# kept in a pack's journal until it is sealed (9). A store is created at 2 and raised
-# when it first needs more (FORMAT.md 2).
-FORMAT_VERSION: Final = 5
+# kept in a pack's journal until it is sealed (9); 5: blocks in the array layout, 6: in
+# the MessagePack layout (5.5). A store is created at 2 and raised when it first needs
+# more (FORMAT.md 2).
+FORMAT_VERSION: Final = 6
 CREATED_VERSION: Final = 2
-# Raised before the first block pack is written: any block may be in the array layout
-# (FORMAT.md 5.5), which an ags of store version 4 would call corrupt.
-BLOCKS_VERSION: Final = 5
+# Raised before the first block pack is written: any block may be in the MessagePack
+# layout (FORMAT.md 5.5), which an ags of store version 5 would call corrupt.
+BLOCKS_VERSION: Final = 6
 FILES_VERSION: Final = 3
 JOURNAL_VERSION: Final = 4  # heads kept in a pack's journal until it is sealed
 CONFIG_FILE: Final = "ags-store.json"

@@ -47,10 +47,91 @@ def split_claim(payload: bytes) -> tuple[bytes, int]:  # 5.5: the zstd frame, an
     return payload, 0
 
 
+def canonical_json(value: Any) -> bytes:  # 3
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return text.encode("utf-8")
+
+
+def unpack_value(data: bytes, at: int) -> tuple[Any, int]:
+    """5.5: one MessagePack value at ``at`` of the types the MessagePack layout holds,
+    and where it ends (the MessagePack specification, read for those types only)."""
+    t = data[at]
+    at += 1
+    if t <= 0x7F:
+        return t, at  # positive fixint
+    if t >= 0xE0:
+        return t - 0x100, at  # negative fixint
+    if 0xA0 <= t <= 0xBF:
+        return data[at : at + (t & 0x1F)].decode("utf-8"), at + (t & 0x1F)  # fixstr
+    if 0x90 <= t <= 0x9F:
+        return unpack_items(data, at, t & 0x0F, False)  # fixarray
+    if 0x80 <= t <= 0x8F:
+        return unpack_items(data, at, t & 0x0F, True)  # fixmap
+    fixed = {0xC0: None, 0xC2: False, 0xC3: True}
+    if t in fixed:
+        return fixed[t], at
+    numbers = {0xCA: ">f", 0xCB: ">d", 0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q",
+               0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q"}  # fmt: skip
+    if t in numbers:
+        (number,) = struct.unpack_from(numbers[t], data, at)
+        return number, at + struct.calcsize(numbers[t])
+    sized = {0xD9: (">B", "str"), 0xDA: (">H", "str"), 0xDB: (">I", "str"),
+             0xDC: (">H", "array"), 0xDD: (">I", "array"), 0xDE: (">H", "map"),
+             0xDF: (">I", "map")}  # fmt: skip
+    if t not in sized:
+        raise Unreadable(f"MessagePack type 0x{t:02x}, which the MessagePack layout has not")
+    form, what = sized[t]
+    (n,) = struct.unpack_from(form, data, at)
+    at += struct.calcsize(form)
+    if what == "str":
+        return data[at : at + n].decode("utf-8"), at + n
+    return unpack_items(data, at, n, what == "map")
+
+
+def unpack_items(data: bytes, at: int, n: int, pairs: bool) -> tuple[Any, int]:
+    items = []
+    for _ in range(2 * n if pairs else n):
+        item, at = unpack_value(data, at)
+        items.append(item)
+    if not pairs:
+        return items, at
+    if not all(isinstance(key, str) for key in items[::2]):
+        raise Unreadable("a MessagePack map key is not a string")
+    return dict(zip(items[::2], items[1::2], strict=True)), at
+
+
+def packed_objects(content: bytes) -> list[tuple[bytes, int, bytes]]:
+    """5.5: ``block_objects`` of a block in the MessagePack layout."""
+    kind, n = content[32:37], struct.unpack_from("<I", content, 37)[0]
+    if kind != b"blob\0" or n == 0:
+        raise Unreadable(f"a MessagePack block of kind {kind!r} and {n} objects")
+    lengths = struct.unpack_from(f"<{n}I", content, 41 + 32 * n)
+    sizes = struct.unpack_from(f"<{n}I", content, 41 + 36 * n)
+    at = 41 + 40 * n
+    if content[at : at + 5] != b"\xdd" + struct.pack(">I", n):
+        raise Unreadable("a MessagePack block's array does not start where its table ends")
+    at += 5
+    out = []
+    for i in range(n):
+        value, end = unpack_value(content, at)
+        if end != at + sizes[i]:
+            raise Unreadable(f"a MessagePack block's value {i} is not {sizes[i]} bytes")
+        body = canonical_json(value)
+        if len(body) != lengths[i]:
+            raise Unreadable(f"a MessagePack block's value {i} is not a body of its length")
+        out.append((content[41 + 32 * i : 73 + 32 * i], at, kind + body))
+        at = end
+    if at != len(content):
+        raise Unreadable("a MessagePack block has bytes after its array")
+    return out
+
+
 def block_objects(content: bytes) -> list[tuple[bytes, int, bytes]]:
     """5.5: (raw id, the offset in the block its index entry gives, kind + NUL + body)
-    of each object of a block's content, in either layout."""
+    of each object of a block's content, in any layout."""
     out = []
+    if content[:32] == bytes(31) + b"\x01":
+        return packed_objects(content)
     if content[:32] != bytes(32):  # the entry layout
         inner = 0
         while inner < len(content):
@@ -111,7 +192,7 @@ class Store:
     @classmethod
     def read(cls, root: Path) -> Store:
         marker = json.loads((root / "ags-store.json").read_bytes())  # 2
-        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3, 4, 5)):
+        if marker not in ({"format": "ags-store", "version": v} for v in (1, 2, 3, 4, 5, 6)):
             raise Unreadable(f"marker {marker}")
         store = cls(root)
         for sub in sorted((root / "objects").iterdir()):  # 4: loose objects

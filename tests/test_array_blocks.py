@@ -1,10 +1,13 @@
 """Blocks in the array layout (FORMAT.md 5.5): a block of blobs or of nodes that reads
-exactly holds its bodies as one JSON array, which a context read parses at once.
+exactly holds its bodies as one JSON array, which a context read parses at once; and
+in the MessagePack layout, where a block of blobs holds their values as one
+MessagePack array (store version 6 writes blobs so, nodes in the array layout).
 
-The two layouts must read the same: every store written before store version 5 is in
-the entry layout, and a store of version 5 holds both until a merge rewrites it. The
-stores here are real, sealed on close; a layout is forced by writing through the
-entry layout's encoder, as an ags of version 4 did.
+The layouts must read the same: every store written before store version 5 is in the
+entry layout, and a store of version 5 or 6 holds several until a merge rewrites it.
+The stores here are real, sealed on close; a layout is forced by writing through the
+entry layout's encoder, as an ags of version 4 did, and the tests that read blocks of
+blobs run with them in each layout (``blob_layout``).
 """
 
 from __future__ import annotations
@@ -63,6 +66,16 @@ def write_session(path: Path, messages: list[dict[str, Any]]) -> str:
     return sid
 
 
+@pytest.fixture(params=["messagepack", "json"])
+def blob_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Blocks of blobs in the MessagePack layout, as ags writes them, or in the array
+    layout, as store version 5 wrote them (and version 6 writes a block holding a body
+    that is not canonical JSON)."""
+    if request.param == "json":
+        monkeypatch.setattr(objstore.packs, "packed_values", lambda *a: None)
+    return str(request.param)
+
+
 def entry_layout_payload(
     objects_in: dict[str, bytes], known_exact: Any = ()
 ) -> tuple[bytes, bytes]:
@@ -94,7 +107,7 @@ def blocks(path: Path) -> list[tuple[int, bytes, bytes]]:
 
 
 def test_both_layouts_give_the_same_context_log_and_fsck(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_layout: str
 ) -> None:
     messages = history()
     new = write_session(tmp_path / "new", messages)
@@ -119,7 +132,7 @@ def test_both_layouts_give_the_same_context_log_and_fsck(
 
 
 def test_a_merge_writes_entry_layout_blocks_again_in_the_array_layout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_layout: str
 ) -> None:
     path = tmp_path / "s"
     messages = history()
@@ -156,34 +169,57 @@ def rewrite_block(pack: Path, start: int, content: bytes, flags: int) -> None:
     rebuild_index(pack, pack.parent.parent.parent / "tmp")
 
 
-@pytest.mark.parametrize("change", ["separator", "lengths", "kind", "count"])
+FORGED = [
+    ("json", "separator", "block at offset"),  # the array is not where the table says
+    ("json", "lengths", "block at offset"),
+    ("json", "kind", "does not hash to its id"),  # the kind is part of what an id hashes
+    ("json", "count", "names missing"),  # an index built from its pack cannot list them
+    ("messagepack", "separator", "block at offset"),  # the array's head: 0xdc, not 0xdd
+    ("messagepack", "lengths", "is not the body its block's table gives"),
+    ("messagepack", "values", "is not the body its block's table gives"),
+    ("messagepack", "kind", "names missing"),  # MessagePack blocks hold blobs only
+    ("messagepack", "count", "names missing"),
+]
+
+
+@pytest.mark.parametrize(("layout", "change", "named"), FORGED)
 def test_an_array_block_that_is_not_what_its_table_says_is_named_and_reads_exactly(
-    tmp_path: Path, change: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, change: str, named: str
 ) -> None:
     """A block written again (checksum and all) whose array is not where its table says,
     or whose table does not add up: fsck names it, and a context read gives the
     messages written, each read alone through the index and hashed, or an error."""
     path = tmp_path / "s"
     messages = [{"role": "user", "content": f"message {i} " * 20} for i in range(40)]
-    with Store.open(path) as s:
-        sid = s.new_session()
-        for message in messages:
-            s.append(sid, message)
+    with monkeypatch.context() as m:
+        if layout == "json":
+            m.setattr(objstore.packs, "packed_values", lambda *a: None)
+        with Store.open(path) as s:
+            sid = s.new_session()
+            for message in messages:
+                s.append(sid, message)
     pack = only_pack(path)
     ((start, payload, content),) = [
         b for b in blocks(path) if is_array_block(b[2]) and array_table(b[2]).kind == b"blob\0"
     ]
     table = array_table(content)
+    assert table.packed == (layout == "messagepack")
     changed = bytearray(content)
-    if change == "separator":
+    n = len(table.lengths)
+    first = ARRAY_HEAD.size + 32 * n  # the body lengths; then, if packed, the value lengths
+    if change == "separator" and layout == "json":
         changed[table.starts()[5] - 1] = ord(" ")  # JSON still, another array
+    elif change == "separator":
+        changed[table.start] = 0xDC  # array 16: MessagePack still, another array
     elif change == "lengths":
-        first = ARRAY_HEAD.size + 32 * len(table.lengths)
         struct.pack_into("<II", changed, first, table.lengths[0] + 1, table.lengths[1] - 1)
+    elif change == "values":
+        one, two = table.value_lengths[:2]
+        struct.pack_into("<II", changed, first + 4 * n, one + 1, two - 1)
     elif change == "kind":
         changed[32:37] = b"node\0"
     else:
-        struct.pack_into("<I", changed, 37, len(table.lengths) + 1)
+        struct.pack_into("<I", changed, 37, n + 1)
     rewrite_block(pack, start, bytes(changed), block_claim(payload))
     with Store.open(path) as s:
         try:
@@ -193,10 +229,6 @@ def test_an_array_block_that_is_not_what_its_table_says_is_named_and_reads_exact
         else:  # fit leaves the block's objects unindexed: missing, not different
             assert context == messages
         problems = [str(p) for p in check_store(s).problems]
-    named = {
-        "kind": "does not hash to its id",  # the kind is part of what an id hashes
-        "count": "names missing",  # an index built from its pack cannot list them
-    }.get(change, "block at offset")
     assert any(named in p for p in problems), problems
 
 
@@ -225,7 +257,7 @@ def test_the_array_layout_round_trips_and_is_refused_when_it_does_not_add_up() -
 
 
 def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_layout: str
 ) -> None:
     """Blocks that hold the context's next messages in order are taken as parsed; the
     repeated messages (first, adjacent, from blocks back, last) still get a value of
@@ -263,7 +295,7 @@ def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
 
 
 def test_a_context_with_no_repeat_is_read_in_order_without_counting_its_ids(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_layout: str
 ) -> None:
     """Its ids are taken to be distinct while every block is the next: no set of them
     is made (``_count_repeats``), and the context is the one the read by id gives. A
@@ -296,7 +328,9 @@ def test_a_context_with_no_repeat_is_read_in_order_without_counting_its_ids(
     assert context[7] is not context[150]
 
 
-def test_a_blob_two_blocks_hold_gets_a_value_at_each_place(tmp_path: Path) -> None:
+def test_a_blob_two_blocks_hold_gets_a_value_at_each_place(
+    tmp_path: Path, blob_layout: str
+) -> None:
     """A message written again as a fresh copy (its only copy was sealed more than
     FRESHEN_AFTER ago) is in two blocks: read in order, each of its places takes the
     value of its own block, and a repeat after them, which no block holds again, sends
@@ -346,7 +380,9 @@ def test_the_places_of_repeated_ids_are_found_across_windows(seed: int) -> None:
     assert objstore.block_reader._repeated_places(oids, firsts) == expected
 
 
-def test_a_context_read_in_order_then_beside_a_live_writer(tmp_path: Path) -> None:
+def test_a_context_read_in_order_then_beside_a_live_writer(
+    tmp_path: Path, blob_layout: str
+) -> None:
     """Its older messages come from sealed blocks in order, its newest (one repeated)
     from the pack another handle is still writing."""
     long = [{"role": "user", "content": f"{i} " + "z" * 1500} for i in range(250)]

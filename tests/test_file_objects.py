@@ -95,9 +95,9 @@ def test_the_store_marker_moves_to_3_with_the_first_file_object(tmp_path: Path) 
         with s.batch():
             s.append(sid, {"role": "tool", "content": "x"}, files={"f": (None, b"x")})
         assert marker_version(path) == 3
-    assert marker_version(path) == 5  # its pack sealed into blocks (FORMAT.md 5.5)
-    (path / "ags-store.json").write_bytes(dumps({"format": "ags-store", "version": 6}) + b"\n")
-    with pytest.raises(StoreFormatError, match="store format 6; this ags reads up to 5"):
+    assert marker_version(path) == 6  # its pack sealed into blocks (FORMAT.md 5.5)
+    (path / "ags-store.json").write_bytes(dumps({"format": "ags-store", "version": 7}) + b"\n")
+    with pytest.raises(StoreFormatError, match="store format 7; this ags reads up to 6"):
         Store.open(path)
 
 

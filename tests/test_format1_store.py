@@ -50,7 +50,7 @@ def test_a_format_1_store_reads_as_it_did(old_store: Path) -> None:
         assert report.problems == []
 
 
-def test_a_format_1_store_takes_new_writes_and_becomes_version_5(old_store: Path) -> None:
+def test_a_format_1_store_takes_new_writes_and_becomes_version_6(old_store: Path) -> None:
     want = expected()
     marker = old_store / "ags-store.json"
     assert json.loads(marker.read_bytes())["version"] == 1
@@ -60,10 +60,10 @@ def test_a_format_1_store_takes_new_writes_and_becomes_version_5(old_store: Path
         s.compact(sid, "summary by this ags", keep=1)
         fork = s.fork(sid)
     # its first append kept the head in a pack's journal (FORMAT.md 9), and its
-    # first block pack holds what format 1 cannot read (blocks in the array layout,
-    # FORMAT.md 5.5): the marker rose, so an ags of an older format refuses the
+    # first block pack holds what format 1 cannot read (blocks in the MessagePack
+    # layout, FORMAT.md 5.5): the marker rose, so an ags of an older format refuses the
     # store cleanly
-    assert json.loads(marker.read_bytes()) == {"format": "ags-store", "version": 5}
+    assert json.loads(marker.read_bytes()) == {"format": "ags-store", "version": 6}
     assert len(list((old_store / "objects" / "pack").glob("*.pack"))) == 3
     with Store.open(old_store) as s:
         assert s.context(sid)[0]["content"] == "summary by this ags"

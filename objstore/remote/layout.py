@@ -31,8 +31,9 @@ from .storage import PROBE_PREFIX, RemoteStorage
 
 MARKER_KEY: Final = "ags-remote.json"
 MARKER_FORMAT: Final = "ags-remote"
-MARKER_VERSION: Final = 2  # the newest this ags reads, and the one it writes
-ARRAY_BLOCKS_VERSION: Final = 2  # a remote that may hold array-layout blocks (FORMAT.md 5.5)
+MARKER_VERSION: Final = 3  # the newest this ags reads, and the one it writes
+# A remote that may hold blocks in the array (2) or the MessagePack (3) layout (FORMAT.md 5.5)
+PACKED_BLOCKS_VERSION: Final = 3
 PACKS: Final = "packs/"
 REFS: Final = "refs/"
 SESSION_CELLS: Final = "refs/sessions/"

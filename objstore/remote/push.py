@@ -47,7 +47,7 @@ from ..store import Store
 from ..walk import walk
 from .errors import SwapFailed
 from .layout import (
-    ARRAY_BLOCKS_VERSION,
+    PACKED_BLOCKS_VERSION,
     Marker,
     cell_key,
     check_cell_value,
@@ -298,8 +298,8 @@ def send_objects(
     before the next object is asked for, so everything asked for so far is stored.
 
     ``marker``: the remote's marker as the caller read it, raised to
-    ARRAY_BLOCKS_VERSION before the first pack is written (its blocks may be in the
-    array layout, which an ags that reads remote format 1 would take for damage)."""
+    PACKED_BLOCKS_VERSION before the first pack is written (its blocks may be in the
+    MessagePack layout, which an ags that reads remote format 2 would take for damage)."""
     source = (reader or _Reader(store)).contents(oids)
     packs = 0
 
@@ -315,7 +315,7 @@ def send_objects(
 
     for first in source:  # each turn takes objects from ``source`` up to a pack's worth
         pack, index = encode_block_pack(one_pack(first))
-        marker = raise_marker(storage, marker, ARRAY_BLOCKS_VERSION)
+        marker = raise_marker(storage, marker, PACKED_BLOCKS_VERSION)
         name = new_pack_name()
         storage.put_new(pack_key(name), pack)
         storage.put_new(index_key(name), index)  # after the pack: an index names a whole pack
