@@ -13,16 +13,16 @@ import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import accumulate
+from types import ModuleType
 from typing import Final, NamedTuple
 
 import blake3
-import msgspec
 import orjson
 
 from .canonical import check_json, encode
-from .errors import DamagedIndex, InvalidInput
+from .errors import DamagedIndex, InvalidInput, LimitExceeded
 
 PACK_MAGIC: Final = b"AGSPACK\x01"  # written by a handle as it appends (5.1)
 BLOCK_PACK_MAGIC: Final = b"AGSPACK\x02"  # sealed: objects compressed together (5.5)
@@ -238,7 +238,7 @@ def packed_values(bodies: Iterable[bytes], canonical: Iterable[bool]) -> list[by
     canonical (orjson wrote it from a value with no float), so not encoded again to
     check."""
     values: list[bytes] = []
-    pack = msgspec.msgpack.encode
+    pack = _msgpack().encode
     for body, known in zip(bodies, canonical, strict=True):
         value = orjson.loads(body)
         if not known:
@@ -267,16 +267,29 @@ def body_of_value(value: object) -> bytes:
     JSON has not, a key that is not a string, nesting past the limit)."""
     try:
         return encode(value, fast=check_json(value))[0]
+    except LimitExceeded:
+        raise ValueError("a MessagePack value nests deeper than JSON bodies may") from None
     except InvalidInput as e:
         raise ValueError(f"a MessagePack value is not JSON ({e})") from None
 
 
 def decode_packed(data: bytes | memoryview) -> object:
-    """One MessagePack value (``data`` holds it exactly); ValueError if it does not."""
+    """One MessagePack value (``data`` holds it exactly); ValueError if it does not
+    (msgspec's DecodeError is one)."""
     try:
-        return msgspec.msgpack.decode(data)
-    except msgspec.DecodeError as e:
-        raise ValueError(f"not a MessagePack value ({e})") from None
+        return _msgpack().decode(data)
+    except RecursionError:  # nested past what msgspec decodes
+        raise ValueError("a MessagePack value nests too deeply") from None
+
+
+@cache
+def _msgpack() -> ModuleType:
+    """msgspec's MessagePack codec, imported when first needed: importing it added about
+    50 ms to the start of every ``ags`` command (220 -> 275 ms), most of which read no
+    block of messages."""
+    import msgspec.msgpack
+
+    return msgspec.msgpack
 
 
 def _split(entries: Iterable[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
@@ -430,14 +443,16 @@ def iter_block(content: bytes | memoryview) -> Iterator[tuple[str, int, int]]:
         pos += head + length
 
 
-def block_piece(content: bytes, at: int, length: int) -> bytes:
+def block_piece(
+    content: bytes, at: int, length: int, places: tuple[ArrayTable, list[int]] | None = None
+) -> bytes:
     """The ``kind + NUL + body`` of the object an index entry (or ``iter_block``) puts at
     ``at``, ``length`` in a block's content, in any layout (in the MessagePack layout,
     the body written again from its value: ValueError where the table does not put a
-    value at ``at`` whose body has that length)."""
+    value at ``at`` whose body has that length; ``places``, its table and ``starts()``,
+    if the caller keeps them)."""
     if content[:32] == PACKED_MARK:
-        table = array_table(content)
-        starts = table.starts()
+        table, starts = places or _places(content)
         i = bisect_left(starts, at)
         if i == len(starts) or starts[i] != at or table.lengths[i] + _KIND_BYTES != length:
             raise ValueError("no object of a MessagePack block is where its index says")
@@ -445,6 +460,11 @@ def block_piece(content: bytes, at: int, length: int) -> bytes:
     if is_array_block(content):
         return content[32 : 32 + _KIND_BYTES] + content[at : at + length - _KIND_BYTES]
     return content[at : at + length]
+
+
+def _places(content: bytes) -> tuple[ArrayTable, list[int]]:
+    table = array_table(content)
+    return table, table.starts()
 
 
 def block_pieces(content: bytes) -> list[tuple[str, int, int, bytes]]:

@@ -24,6 +24,7 @@ import pytest
 
 import objstore.block_reader
 import objstore.object_store
+import objstore.pack_format
 import objstore.packs
 from objstore import ObjectError, Store, canonical
 from objstore.fsck import check_store
@@ -32,16 +33,21 @@ from objstore.pack_format import (
     ARRAY_HEAD,
     ARRAY_MARK,
     CLAIM,
+    PACKED_MARK,
     RECORD_HEAD,
     array_separators,
+    array_size,
     array_table,
     block_claim,
     block_piece,
     encode_array_block,
     encode_block,
     encode_claim,
+    encode_packed_block,
     is_array_block,
     iter_block,
+    packed_size,
+    packed_values,
 )
 from objstore.packs import decompress_block, rebuild_index
 
@@ -254,6 +260,77 @@ def test_the_array_layout_round_trips_and_is_refused_when_it_does_not_add_up() -
         encode_array_block(b"blob", [])
     assert not array_separators(content.replace(b"],", b"] "), table)
     assert CLAIM.size == 16  # the claim follows the frame in either layout
+
+
+def test_the_messagepack_layout_round_trips_exactly_and_is_refused_when_it_does_not_add_up() -> (
+    None
+):
+    bodies = [b'{"a":1}', b"[2.5,-3]", b'"\xc3\xa9"']  # a float: the json module's canonical form
+    oids = [object_id("blob", body) for body in bodies]
+    values = packed_values(bodies, [True, False, True])
+    assert values == [
+        b"\x81\xa1a\x01",
+        b"\x92\xcb" + struct.pack(">d", 2.5) + b"\xfd",  # MessagePack's float 64, then -3
+        b"\xa2\xc3\xa9",
+    ]
+    content = encode_packed_block(zip(oids, bodies, values, strict=True))
+    n = len(bodies)
+    assert content == b"".join(
+        [
+            PACKED_MARK, b"blob\0", struct.pack("<I", n), *(bytes.fromhex(o) for o in oids),
+            struct.pack("<3I", *map(len, bodies)), struct.pack("<3I", *map(len, values)),
+            b"\xdd" + struct.pack(">I", n), *values,
+        ]
+    )  # fmt: skip
+    assert len(content) == packed_size(values)
+    assert array_size(bodies) == len(encode_array_block(b"blob", zip(oids, bodies, strict=True)))
+    table = array_table(content)
+    assert table.packed and array_separators(content, table)
+    assert table.bodies(content) == bodies and table.values(content) == [{"a": 1}, [2.5, -3], "é"]
+    pieces = [(oid, block_piece(content, at, size)) for oid, at, size in iter_block(content)]
+    assert pieces == [(oid, b"blob\0" + body) for oid, body in zip(oids, bodies, strict=True)]
+    for cut in (10, 50, len(content) - 1):
+        with pytest.raises(ValueError):
+            array_table(content[:cut])
+    with pytest.raises(ValueError):
+        array_table(content + b"\x00")
+    with pytest.raises(ValueError):
+        array_table(content[:32] + b"node\0" + content[37:])  # blobs only
+    assert not array_separators(content.replace(b"\xdd", b"\xdc", 1), table)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": 1}',  # white space: not canonical
+        b'{"b":1,"a":2}',  # keys out of order
+        b"1e+16",  # orjson would write 1e16: the json module's form is canonical, and this is it
+        b'"\\u00e9"',  # an escape the canonical form does not use
+    ],
+)
+def test_a_body_that_is_not_its_values_canonical_json_keeps_the_array_layout(body: bytes) -> None:
+    canonical_body = canonical.dumps(objstore.pack_format.orjson.loads(body))
+    values = packed_values([body], [False])
+    assert (values is None) == (canonical_body != body)
+
+
+def test_a_block_of_floats_is_written_in_the_array_layout(tmp_path: Path) -> None:
+    """A float such as 0.5 takes 9 bytes as MessagePack: a block of many is bigger so, and
+    is written in the array layout, whose size the bound of FORMAT.md 5.5 holds."""
+    floats = [{"role": "tool", "content": "", "xs": [0.5] * 200} for _ in range(20)]
+    words = [{"role": "user", "content": f"{i} " + "w" * 300} for i in range(20)]
+    for name, messages, mark in (("floats", floats, ARRAY_MARK), ("words", words, PACKED_MARK)):
+        with Store.open(tmp_path / name) as s:
+            sid = s.new_session()
+            for message in messages:
+                s.append(sid, message)
+        blob_marks = {
+            c[:32] for _, _, c in blocks(tmp_path / name)
+            if is_array_block(c) and array_table(c).kind == b"blob\0"
+        }  # fmt: skip
+        assert blob_marks == {mark}
+        with Store.open(tmp_path / name) as s:
+            assert s.context(sid) == messages and check_store(s).ok
 
 
 def test_a_context_whose_blocks_come_in_order_reads_as_one_read_by_id(
