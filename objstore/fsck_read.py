@@ -51,6 +51,8 @@ from .pack_format import (
     array_table,
     block_claim,
     block_pieces,
+    body_of_value,
+    decode_packed,
     is_array_block,
     iter_block,
     iter_records,
@@ -210,7 +212,8 @@ class Reader:
                     f"block {where} holds its bodies in no array where its table says; "
                     "a context read parses that array"
                 )
-            self.array(content, table, pack.placement(), off, unclaimed if claimed else None)
+            check = self.packed if table.packed else self.array
+            check(content, table, pack.placement(), off, unclaimed if claimed else None)
             pos = len(content)
         else:
             pos = self.entries(content, pack.placement(), off, unclaimed if claimed else None)
@@ -311,11 +314,9 @@ class Reader:
         off: int,
         unclaimed: list[str] | None,
     ) -> None:
-        """``entries`` for a block in the array or the MessagePack layout (FORMAT.md 5.5),
-        whose table fits it: each object hashed as ``kind + NUL + body`` (in the
-        MessagePack layout, the body written again from its value), then checked as
-        ``entries`` checks it. Every object of such a block goes through this loop:
-        keep it tight."""
+        """``entries`` for a block in the array layout (FORMAT.md 5.5), whose table fits
+        it: each object hashed as ``kind + NUL + body``, then checked as ``entries``
+        checks it. Every object of such a block goes through this loop: keep it tight."""
         found = self.found
         view = memoryview(content)
         kind, ids, lengths = table.kind, table.ids, table.lengths
@@ -324,20 +325,15 @@ class Reader:
         is_blob = kind == b"blob\0"
         blobs = found.blobs
         placed = placements = 0
-        bodies = _packed_bodies(content, table) if table.packed else None
         for i, start in enumerate(table.starts()):
             raw = ids[32 * i : 32 * i + 32]
             end = start + lengths[i]
-            body = view[start:end] if bodies is None else bodies[i]
-            if body is None:
-                self.corrupt(raw, "its MessagePack value is not the body its block's table gives")
-                continue
-            if hasher.copy().update(body).digest() != raw:
+            if hasher.copy().update(view[start:end]).digest() != raw:
                 self.corrupt(raw, "its content does not hash to its id")
                 continue
             if is_blob:
                 blobs.append(from_bytes(raw[:8]) >> 4)
-                self.blob(raw, body, unclaimed)
+                self.blob(raw, view[start:end], unclaimed)
             elif (match := everyday(content, start, end)) is not None:
                 self.everyday_node(raw, match)
             else:
@@ -346,6 +342,54 @@ class Reader:
                     unclaimed.append(raw.hex())
             placed += 1
             placements += hash(place(raw, off, start, lengths[i] + 5))
+        found.count += len(lengths)
+        found.placed += placed
+        found.placements += placements
+
+    def packed(
+        self,
+        content: bytes,
+        table: ArrayTable,
+        place: Callable[..., bytes],
+        off: int,
+        unclaimed: list[str] | None,
+    ) -> None:
+        """``array`` for a block in the MessagePack layout (FORMAT.md 5.5): each value
+        decoded alone where the table puts it, its body written from it and hashed, then
+        checked as a blob from the value. The body is written by orjson first, and again
+        by the canonical encoder only where that does not hash to the id (a float that
+        orjson spells its own way): the hash decides, so a quick body is never taken
+        for a wrong one, and the walk the canonical encoder needs is saved for the rest
+        (fsck of a store of 80,000 messages: 1.0 s with it for each, 0.77-0.79 s so,
+        against 0.76-0.77 s for the same store in the array layout). Every object of
+        such a block goes through this loop."""
+        found = self.found
+        view = memoryview(content)
+        ids, lengths, sizes = table.ids, table.lengths, table.value_lengths
+        hasher, from_bytes, blobs = blake3.blake3(b"blob\0"), int.from_bytes, found.blobs
+        placed = placements = 0
+        for i, at in enumerate(table.starts()):
+            raw = ids[32 * i : 32 * i + 32]
+            digest = None
+            try:
+                value = decode_packed(view[at : at + sizes[i]])
+                body = _quick_body(value)
+                digest = None if body is None else hasher.copy().update(body).digest()
+                if digest != raw:
+                    body = body_of_value(value)
+                    digest = hasher.copy().update(body).digest()
+            except ValueError:
+                body = None
+            if body is None or len(body) != lengths[i]:
+                self.corrupt(raw, "its MessagePack value is not the body its block's table gives")
+                continue
+            if digest != raw:
+                self.corrupt(raw, "its content does not hash to its id")
+                continue
+            blobs.append(from_bytes(raw[:8]) >> 4)
+            self.blob_value(raw, value, unclaimed)
+            placed += 1
+            placements += hash(place(raw, off, at, lengths[i] + 5))
         found.count += len(lengths)
         found.placed += placed
         found.placements += placements
@@ -359,6 +403,10 @@ class Reader:
         except orjson.JSONDecodeError:
             self.blob_problem(raw, body)
             return
+        self.blob_value(raw, value, unclaimed)
+
+    def blob_value(self, raw: bytes, value: object, unclaimed: list[str] | None) -> None:
+        """``blob`` of a body's value."""
         found_in_it = unusual(value)
         if found_in_it == TOO_DEEP:
             self.problem(raw, _NESTED_TOO_DEEP)
@@ -619,14 +667,10 @@ def nodes_of_part(pack: SealedPack, first: int, stop: int) -> Iterator[Node]:
     pack.release(first, stop)
 
 
-def _packed_bodies(content: bytes, table: ArrayTable) -> list[bytes | None]:
-    """The body of each value of a MessagePack-layout block (FORMAT.md 5.5), each value
-    read alone where the table puts it; None for one that is no such body."""
-    bodies: list[bytes | None] = []
-    starts = table.starts()
-    for i in range(len(starts)):
-        try:
-            bodies.append(table.body(content, i, starts))
-        except ValueError:
-            bodies.append(None)
-    return bodies
+def _quick_body(value: object) -> bytes | None:
+    """orjson's sorted JSON of a value, which is its canonical JSON unless it holds a
+    float that orjson spells its own way (canonical.py); None if orjson refuses it."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
