@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -74,6 +75,17 @@ def flip_a_bit_of_object(path: Path, oid: str) -> Path:
     index.unlink()
     rebuild_index(pack, path / "tmp")
     return pack
+
+
+def copy_fixture_store(source: Path, path: Path) -> Path:
+    """A copy at ``path`` of a store kept under tests/fixtures, with the modes ags gives
+    its files (git keeps none)."""
+    shutil.copytree(source, path)
+    for dirpath, _dirs, files in os.walk(path):
+        os.chmod(dirpath, 0o700)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o600)
+    return path
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -7,13 +7,12 @@ ags and to a second reader."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import second_reader
+from conftest import copy_fixture_store
 from test_array_blocks import blocks
 
 from objstore import Store, check_store
@@ -24,13 +23,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "format5"
 
 @pytest.fixture
 def old_store(tmp_path: Path) -> Path:
-    path = tmp_path / "store"
-    shutil.copytree(FIXTURE / "store", path)
-    for dirpath, _dirs, files in os.walk(path):  # as ags made it: git keeps no modes
-        os.chmod(dirpath, 0o700)
-        for name in files:
-            os.chmod(os.path.join(dirpath, name), 0o600)
-    return path
+    return copy_fixture_store(FIXTURE / "store", tmp_path / "store")
 
 
 def expected() -> dict[str, Any]:
