@@ -27,7 +27,7 @@ decoded in 1.8-2.1 ms where orjson parsed their JSON arrays in 3.4-3.8, and the
 whole context read went from 0.45-0.53x the JSONL read to 0.37-0.42x (paired runs,
 a new process each, the same machine). One object of such a block costs more than
 one of the array layout: its body is written again from its value and hashed
-(a search indexing 80,000 messages one at a time took 20% longer).
+(a search indexing 80,000 messages one at a time took 5-8% more CPU).
 
 Most contexts are read from blocks that hold their messages in the context's
 order, since a session's messages are written, and sealed, in order. While each
