@@ -205,19 +205,14 @@ def encode_array_block(kind: bytes, entries: Iterable[tuple[str, bytes]]) -> byt
     )
 
 
-def encode_packed_block(entries: Iterable[tuple[str, bytes, bytes]]) -> bytes:
-    """The content of a block in the MessagePack layout (5.5) of blobs given as ``(id,
-    body, value)``, ``value`` the MessagePack of the body's value (``packed_values``):
+def encode_packed_block(oids: list[str], bodies: list[bytes], values: list[bytes]) -> bytes:
+    """The content of a block in the MessagePack layout (5.5) of the blobs ``oids``, their
+    ``bodies``, and ``values``, the MessagePack of each body's value (``packed_values``):
     the mark, ``blob + NUL``, n (u32 LE), the n ids, the n body lengths and the n value
     lengths (u32 LE each), then MessagePack's array 32 head and the values, so that one
     MessagePack decode of its end gives every body's value."""
-    oids, bodies, values = [], [], []
-    for oid, body, value in entries:
-        oids.append(oid)
-        bodies.append(body)
-        values.append(value)
     n = len(bodies)
-    if not n:
+    if not n or len(oids) != n or len(values) != n:
         raise ValueError("a MessagePack block holds one or more blobs")
     return b"".join(
         [
@@ -348,15 +343,19 @@ class ArrayTable(NamedTuple):
             raise ValueError("a block's array does not read as its objects")
         return values
 
+    def value(self, content: bytes | memoryview, i: int, starts: list[int]) -> object:
+        """Value ``i`` of a block in the MessagePack layout, given ``starts()``, decoded
+        alone (ValueError if it does not decode over exactly its length)."""
+        at = starts[i]
+        return decode_packed(memoryview(content)[at : at + self.value_lengths[i]])
+
     def body(self, content: bytes | memoryview, i: int, starts: list[int]) -> bytes:
         """Body ``i``, given ``starts()``: sliced from the content, or in the MessagePack
         layout written again from its value (``body_of_value``), which must give the
         length the table does; ValueError for a value that is not such a body."""
-        at = starts[i]
         if not self.value_lengths:
-            return bytes(content[at : at + self.lengths[i]])
-        value = decode_packed(memoryview(content)[at : at + self.value_lengths[i]])
-        body = body_of_value(value)
+            return bytes(content[starts[i] : starts[i] + self.lengths[i]])
+        body = body_of_value(self.value(content, i, starts))
         if len(body) != self.lengths[i]:
             raise ValueError("a MessagePack value is not the body its table gives")
         return body

@@ -737,18 +737,19 @@ def block_payload(
     # Set operations, not a test per object: a seal's objects are nearly all known exact.
     unknown = objects_in.keys() - known_exact
     exact = kinds <= _JSON_KINDS and all(read_exactly(objects_in[oid][5:]) for oid in unknown)
-    content = None
-    if exact and kinds == {b"blob\0"}:
-        bodies = [piece[5:] for piece in objects_in.values()]
-        values = packed_values(bodies, [oid not in unknown for oid in objects_in])
+    if exact and len(kinds) == 1:
+        oids, bodies = list(objects_in), [piece[5:] for piece in objects_in.values()]
+        kind = kinds.pop()[:4]
+        values = None
+        if kind == b"blob":
+            values = packed_values(bodies, [oid not in unknown for oid in oids])
         # No bigger than the array layout (floats grow: 0.5 takes 9 bytes), so within
         # the bound a reader holds a block's content to.
         if values is not None and packed_size(values) <= array_size(bodies):
-            content = encode_packed_block(zip(objects_in, bodies, values, strict=True))
-    if content is None and exact and len(kinds) == 1:
-        kind = kinds.pop()[:4]
-        content = encode_array_block(kind, ((oid, p[5:]) for oid, p in objects_in.items()))
-    if content is None:
+            content = encode_packed_block(oids, bodies, values)
+        else:
+            content = encode_array_block(kind, zip(oids, bodies, strict=True))
+    else:
         content = encode_block(objects_in.items())
     return content, encode_claim(_block_compressor().compress(content), WITHIN_LIMITS * exact)
 
@@ -1643,8 +1644,8 @@ class OpenPack:
         try:
             content = decompress_block(self.read(loc))
             return objects.stored_as_is(block_piece(content, where[2], where[3]))
-        except ValueError:
-            return self.read(loc)  # which does not decode: the object reads as corrupt
+        except ValueError as e:
+            raise CorruptObject(oid, f"its block cannot give it ({e})") from None
 
     def sync(self) -> None:
         """Make what its writer wrote so far durable (a reader relies on an object in it)."""

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 from pathlib import Path
+from typing import Any
 
 import blake3
 import pytest
@@ -13,7 +14,7 @@ import zstandard
 from docker_fixture import require_docker
 from model_server import FakeModelServer
 
-from objstore import Store
+from objstore import Store, check_store
 from objstore.pack_format import (
     BLOCK_IDX_ENTRY,
     ENTRIES_AT,
@@ -86,6 +87,25 @@ def copy_fixture_store(source: Path, path: Path) -> Path:
         for name in files:
             os.chmod(os.path.join(dirpath, name), 0o600)
     return path
+
+
+def assert_reads_as_expected(path: Path, want: dict[str, Any]) -> None:
+    """The store at ``path`` holds what a fixture's expected JSON says (each session's
+    title, head, count, context and log, and the tags, under ``_tags``), and fsck
+    finds nothing wrong."""
+    want = dict(want)
+    tags = want.pop("_tags")
+    with Store.open(path) as s:
+        assert {info.id for info in s.sessions(include_archived=True)} == set(want)
+        for sid, session in want.items():
+            info = s.session(sid)
+            assert (info.title, info.head, info.messages) == (
+                session["title"], session["head"], session["messages"]
+            )  # fmt: skip
+            assert s.context(sid) == session["context"]
+            assert [e.message for e in s.log(sid)] == session["log"]
+        assert s.tags() == tags
+        assert check_store(s).problems == []
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

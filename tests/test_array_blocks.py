@@ -273,7 +273,7 @@ def test_the_messagepack_layout_round_trips_exactly_and_is_refused_when_it_does_
         b"\x92\xcb" + struct.pack(">d", 2.5) + b"\xfd",  # MessagePack's float 64, then -3
         b"\xa2\xc3\xa9",
     ]
-    content = encode_packed_block(zip(oids, bodies, values, strict=True))
+    content = encode_packed_block(oids, bodies, values)
     n = len(bodies)
     assert content == b"".join(
         [

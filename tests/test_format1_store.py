@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_fixture_store
+from conftest import assert_reads_as_expected, copy_fixture_store
 
 from objstore import Store, check_store, import_document, read_document
 
@@ -27,20 +27,7 @@ def expected() -> dict[str, Any]:
 
 
 def test_a_format_1_store_reads_as_it_did(old_store: Path) -> None:
-    want = expected()
-    tags = want.pop("_tags")
-    with Store.open(old_store) as s:
-        assert {info.id for info in s.sessions(include_archived=True)} == set(want)
-        for sid, session in want.items():
-            info = s.session(sid)
-            assert (info.title, info.head, info.messages) == (
-                session["title"], session["head"], session["messages"]
-            )  # fmt: skip
-            assert s.context(sid) == session["context"]
-            assert [e.message for e in s.log(sid)] == session["log"]
-        assert s.tags() == tags
-        report = check_store(s)
-        assert report.problems == []
+    assert_reads_as_expected(old_store, expected())
 
 
 def test_a_format_1_store_takes_new_writes_and_becomes_version_6(old_store: Path) -> None:

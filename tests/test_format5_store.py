@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import second_reader
-from conftest import copy_fixture_store
+from conftest import assert_reads_as_expected, copy_fixture_store
 from test_array_blocks import blocks
 
 from objstore import Store, check_store
@@ -42,19 +42,7 @@ def blob_layouts(path: Path) -> set[bytes]:
 
 def test_a_format_5_store_reads_as_it_did(old_store: Path) -> None:
     assert blob_layouts(old_store) == {ARRAY_MARK}
-    want = expected()
-    tags = want.pop("_tags")
-    with Store.open(old_store) as s:
-        assert {info.id for info in s.sessions(include_archived=True)} == set(want)
-        for sid, session in want.items():
-            info = s.session(sid)
-            assert (info.title, info.head, info.messages) == (
-                session["title"], session["head"], session["messages"]
-            )  # fmt: skip
-            assert s.context(sid) == session["context"]
-            assert [e.message for e in s.log(sid)] == session["log"]
-        assert s.tags() == tags
-        assert check_store(s).problems == []
+    assert_reads_as_expected(old_store, expected())
 
 
 def test_a_format_5_store_takes_new_writes_and_becomes_version_6(old_store: Path) -> None:
