@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import chain, compress
+from typing import Final
 
 from . import fsck_read
 from .errors import AgsError, ObjectError
@@ -321,19 +322,14 @@ class _Seen:
         and files, any sets) before it makes its own."""
         self._sets = None
         self.keys = (self.keys[0], array("q"), array("q"))
-        keys, parents, contents, compactions = (
-            self.keys[0],
-            self.parents,
-            self.contents,
-            self.compactions,
-        )
+        keys, parents, compactions = self.keys[0], self.parents, self.compactions
         spans = self.spans
         span_keys = [
             key(spans.span_nodes[at : at + 32].hex()) for at in range(0, len(spans.span_nodes), 32)
         ]
         positions = _Positions(keys, set(span_keys), compactions)
         positions.add(parents[at] for at in map(positions.find, span_keys) if at >= 0)
-        problems = []
+        walks: list[_SpanWalk] = []
         first = 0
         columns = zip(span_keys, spans.span_after, spans.span_sizes, strict=True)
         for number, (node, after, size) in enumerate(columns):
@@ -344,19 +340,45 @@ class _Seen:
                 below = positions.find(parents[at])
                 if self._listed_in_a_row(at, below, after, messages):
                     continue
-            blobs: list[int] = []
-            while at >= 0:
-                if keys[at] == after or compactions[at] or len(blobs) > size:
-                    break
-                blobs.append(contents[at])
-                parent = parents[at]
-                if parent == -1 or parent == after:
-                    break  # the walk would stop at the parent, read or not
-                at = positions.find(parent, at)
-            if blobs[::-1] != messages.tolist():
-                oid = spans.span_nodes[number * 32 : number * 32 + 32].hex()
-                problems.append(Problem(oid, "span does not match the messages before it"))
-        return problems
+            walks.append(_SpanWalk(number, after, messages, at))
+        # A walk whose next node is not where the nodes read just before lie (a
+        # session's history going on in another pack) waits; the places of every
+        # node the waiting walks need are then found in one pass, and they go on.
+        wrong: list[int] = []
+        while walks:
+            waiting = [walk for walk in walks if self._walk_on(walk, positions)]
+            wrong += [w.number for w in walks if w not in waiting and not w.matches()]
+            positions.add(w.wanted for w in waiting)
+            walks = waiting
+        return [
+            Problem(
+                spans.span_nodes[n * 32 : n * 32 + 32].hex(),
+                "span does not match the messages before it",
+            )
+            for n in sorted(wrong)
+        ]
+
+    def _walk_on(self, walk: _SpanWalk, positions: _Positions) -> bool:
+        """Walk back from ``walk.at``, gathering message blobs, to the span's start (or
+        where it cannot be what the span lists); True if it stopped at a node whose
+        place ``positions`` does not know yet (``walk.wanted``), to go on from there."""
+        keys, parents, contents = self.keys[0], self.parents, self.contents
+        at, after, blobs = walk.at, walk.after, walk.blobs
+        if at == UNPLACED:  # placed by ``add`` since
+            at = positions.find(walk.wanted)
+        size = len(walk.messages)
+        while at >= 0:
+            if keys[at] == after or self.compactions[at] or len(blobs) > size:
+                break
+            blobs.append(contents[at])
+            parent = parents[at]
+            if parent == -1 or parent == after:
+                break  # the walk would stop at the parent, read or not
+            at = positions.find(parent, at)
+            if at == UNPLACED:
+                walk.at, walk.wanted = UNPLACED, parent
+                return True
+        return False
 
     def _listed_in_a_row(self, at: int, below: int, after: int, messages: array[int]) -> bool:
         """Whether the walk of span_problems from the span node at ``at`` would find
@@ -397,15 +419,14 @@ class _Positions:
     so, so a walk's next node (the parent) is first looked for among the WINDOW
     read just before the node it comes from, in C (``array.index``); the starts of
     the walks (span nodes and their parents) and compactions are found once, in
-    one pass each. Only a node found neither way makes the dict of every node's
-    place: at 1M messages that dict took about 100 MB."""
+    one pass each, and so are the nodes walks wait for (``add``). No dict of every
+    node's place: at 1M messages that took 44-100 MB."""
 
     WINDOW = 64
 
     def __init__(self, keys: array[int], starts: set[int], compactions: bytearray) -> None:
         self._keys = keys
         self._known: dict[int, int] = {}
-        self._every: dict[int, int] | None = None
         self.add(starts)
         places = list(compress(range(len(keys)), compactions))
         self._known.update(zip(map(keys.__getitem__, places), places, strict=True))
@@ -413,6 +434,8 @@ class _Positions:
     def add(self, wanted: Iterable[int]) -> None:
         """Find the place of each key of ``wanted`` now, in one pass."""
         wanted = set(wanted) - self._known.keys()
+        if not wanted:
+            return
         keys = self._keys
         places = list(compress(range(len(keys)), map(wanted.__contains__, keys)))
         self._known.update(dict.fromkeys(wanted, -1))  # not read, unless found now
@@ -420,7 +443,8 @@ class _Positions:
         self._known.update(zip(map(keys.__getitem__, places), places, strict=True))
 
     def find(self, node: int, near: int = 0) -> int:
-        """The place of ``node`` (-1: not read), looked for first just before ``near``."""
+        """The place of ``node`` (-1: not read), looked for first just before ``near``;
+        UNPLACED if neither there nor found by ``add``."""
         at = self._known.get(node)
         if at is not None:
             return at
@@ -429,10 +453,27 @@ class _Positions:
                 return near - 1
             with suppress(ValueError):
                 return self._keys.index(node, max(0, near - self.WINDOW), near - 1)
-        if self._every is None:
-            keys = self._keys
-            self._every = dict(zip(keys, range(len(keys)), strict=True))
-        return self._every.get(node, -1)
+        return UNPLACED
+
+
+UNPLACED: Final = -2
+"""``_Positions.find`` of a node whose place is not known yet: ``add`` it first."""
+
+
+class _SpanWalk:
+    """A walk of span_problems under way: the span's number, where its walk stops and
+    the blobs it lists; the walk's next node (``at``) and the blobs found so far,
+    newest first; ``wanted``, the node it waits for when ``at`` is UNPLACED."""
+
+    __slots__ = ("number", "after", "messages", "at", "blobs", "wanted")
+
+    def __init__(self, number: int, after: int, messages: array[int], at: int) -> None:
+        self.number, self.after, self.messages, self.at = number, after, messages, at
+        self.blobs: list[int] = []
+        self.wanted = -1
+
+    def matches(self) -> bool:
+        return self.blobs[::-1] == self.messages.tolist()
 
 
 def _read_ref(store: Store, name: str) -> RefRecord | None | AgsError:

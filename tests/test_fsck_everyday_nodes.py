@@ -137,3 +137,42 @@ def test_fsck_checks_spans_over_nodes_read_in_a_row(tmp_path: Path) -> None:
         problems = {str(p) for p in check_store(s).problems}
     wrong = {oid for name, (oid, _) in spans.items() if name != "right"}
     assert problems == {f"{oid}: span does not match the messages before it" for oid in wrong}
+
+
+def test_fsck_checks_spans_whose_nodes_lie_apart(tmp_path: Path) -> None:
+    """A span over nodes written with another session's many nodes between them (its
+    walk finds the next node neither just before nor anywhere known yet, waits, and
+    goes on once a pass over every node placed it): a sound span passes, a wrong
+    one is found."""
+    path = tmp_path / "store"
+    with Store.open(path) as s, s.batch():
+        sid, other = s.new_session(title="a"), s.new_session(title="b")
+        for i in range(10):
+            s.append(sid, {"role": "user", "content": f"a {i}"})
+        for i in range(150):  # more than the nodes a walk looks back over
+            s.append(other, {"role": "user", "content": f"b {i}"})
+        for i in range(10, 40):
+            s.append(sid, {"role": "user", "content": f"a {i}"})
+    with Store.open(path) as s:
+        assert check_store(s).ok
+        chain = [entry.node for entry in s.log(sid)][::-1]  # oldest first
+    assert chain[31].span is not None and chain[31].span.after is None  # over the gap
+    listed = [node.content for node in chain[:31]]
+    listed[3], listed[25] = listed[25], listed[3]  # one message each side of the gap
+    own = canonical.dumps({"role": "user", "content": "the span's own"})
+    own_blob = (object_id("blob", own), b"blob\0" + own)
+    wrong = node_object(
+        node_body(
+            "message",
+            chain[30].id,
+            own_blob[0],
+            None,
+            32,
+            TIME,
+            span=Span(None, (*listed, own_blob[0])),
+        )
+    )
+    write_pack(path, [own_blob, wrong])
+    with Store.open(path) as s:
+        problems = [str(p) for p in check_store(s).problems]
+    assert problems == [f"{wrong[0]}: span does not match the messages before it"]
