@@ -346,8 +346,12 @@ class _Seen:
         # node the waiting walks need are then found in one pass, and they go on.
         wrong: list[int] = []
         while walks:
-            waiting = [walk for walk in walks if self._walk_on(walk, positions)]
-            wrong += [w.number for w in walks if w not in waiting and not w.matches()]
+            waiting = []
+            for walk in walks:
+                if self._walk_on(walk, positions):
+                    waiting.append(walk)
+                elif not walk.matches():
+                    wrong.append(walk.number)
             positions.add(w.wanted for w in waiting)
             walks = waiting
         return [
