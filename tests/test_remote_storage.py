@@ -40,6 +40,7 @@ from objstore.remote import (
     RemoteStorage,
     RemoteUnreachable,
     SwapFailed,
+    directory,
 )
 from objstore.remote.directory import DirectoryStorage
 from objstore.remote.s3 import S3Storage
@@ -497,6 +498,38 @@ def test_directory_writes_beside_deletes_of_neighbours_never_fail(tmp_path: Path
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_a_directory_write_outlasts_prunes_that_cross_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race above made to happen: a neighbour's delete prunes the "directory" a
+    write has just made, before the write renames into it (every other time while
+    the write is still making it), several times in a row. The write lands, durable
+    in its directory; a write that loses every try fails in one RemoteError and
+    leaves no temporary file behind."""
+    root = tmp_path / "remote"
+    root.mkdir()
+    real_make_dirs = directory.make_dirs
+    crossings = [0]
+
+    def made_then_pruned(path: Path, *, durable: bool = True) -> None:
+        real_make_dirs(path, durable=durable)
+        if crossings[0]:
+            crossings[0] -= 1
+            os.rmdir(path)  # the neighbour's prune
+            if crossings[0] % 2:
+                raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(directory, "make_dirs", made_then_pruned)
+    with DirectoryStorage(str(root)) as storage:
+        crossings[0] = 6
+        assert storage.put_new("probe/a", b"landed")
+        assert crossings[0] == 0 and storage.get("probe/a") == b"landed"
+        crossings[0] = directory.PRUNE_RACE_TRIES
+        with pytest.raises(RemoteError, match="No such file or directory"):
+            storage.put_new("other/b", b"lost")
+    assert not (root / "other").exists() and os.listdir(root / ".ags-tmp") == []
 
 
 def test_a_directory_listing_beside_deletes_in_another_process_never_fails(
