@@ -11,6 +11,7 @@ from objstore.remote import (
     BadRemote,
     add_remote,
     check_remote_name,
+    checked_marker,
     open_storage,
     parse_location,
     remotes,
@@ -90,9 +91,10 @@ def remote_add(
     """Add a remote: s3://BUCKET[/PREFIX] on an S3-compatible server, or a directory.
 
     ags first checks the remote: the endpoint answers, the bucket (or
-    directory) exists, the credentials work, and the server enforces
-    conditional writes (If-None-Match, If-Match), without which two pushes
-    could both win. Nothing is written to the store unless it passes.
+    directory) exists, the credentials work, it is empty or an ags remote,
+    and the server enforces conditional writes (If-None-Match, If-Match),
+    without which two pushes could both win. Nothing is written to the store
+    unless it passes.
 
     \b
     Examples:
@@ -108,7 +110,7 @@ def remote_add(
         raise BadRemote(f"remote {name!r} exists already (ags remote remove {name} first)")
     if not no_check:
         with open_storage(location) as storage:
-            storage.check()
+            checked_marker(storage)  # a place of other things is refused, left as it was
     add_remote(store, name, location)
     checked = "" if no_check else " (checked: conditional writes are enforced)"
     click.echo(visible(f"added remote {name}: {location.url}{checked}"))

@@ -134,6 +134,19 @@ def test_what_the_check_refuses(store: Path, s3_env: S3Server, tmp_path: Path) -
     assert not (tmp_path / "not-there").exists()
 
 
+def test_a_directory_of_other_things_is_refused_and_left_as_it_was(
+    store: Path, tmp_path: Path
+) -> None:
+    """A mistyped path (a folder of one's own files) is no remote: ``remote add`` says so
+    before its check writes anything there, and adds nothing."""
+    folder = tmp_path / "documents"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    refused(store, "remote", "add", "o", str(folder), message="holds other things (notes.txt)")
+    assert os.listdir(folder) == ["notes.txt"]
+    assert not (store / "config.json").exists()
+
+
 def test_what_is_refused_before_anything_is_sent(
     store: Path, aws_env: Path, tmp_path: Path
 ) -> None:

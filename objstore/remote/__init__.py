@@ -30,6 +30,7 @@ from .errors import (
     SwapFailed,
 )
 from .fetch import FetchResult, RefFetch, SessionPull, fetch, pull
+from .layout import checked_marker
 from .location import RemoteLocation, check_remote_name, open_storage, parse_location
 from .push import PushResult, RefPush, delete_refs, push, record_push
 from .remote_gc import RemoteGcReport, collect_remote_garbage
@@ -65,6 +66,7 @@ __all__ = [
     "SwapFailed",
     "add_remote",
     "check_remote_name",
+    "checked_marker",
     "open_storage",
     "parse_location",
     "remote",

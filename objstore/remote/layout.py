@@ -147,11 +147,22 @@ def read_marker(storage: RemoteStorage) -> Marker | None:
     return Marker(_marker_version(storage, data), etag)
 
 
-def ensure_marker(storage: RemoteStorage) -> Marker:
-    """Read the marker, writing it first on an empty remote, at MARKER_VERSION
-    (write-once: two first pushes at once write the same bytes; one of an older ags
-    that wins writes version 1, read again here and raised before a pack goes)."""
+def checked_marker(storage: RemoteStorage) -> Marker | None:
+    """``storage.check()`` with the marker read between its halves (``read_marker``):
+    a remote that holds other things, or one of a newer format, is refused before
+    the conditional-write check writes its scratch keys there (in a directory, with
+    the ``.ags-locks`` and ``.ags-tmp`` it writes them through)."""
+    storage.check_reachable()
     marker = read_marker(storage)
+    storage.verify_conditional_writes()
+    return marker
+
+
+def ensure_marker(storage: RemoteStorage, marker: Marker | None) -> Marker:
+    """The ``marker`` read (``checked_marker``), or for an empty remote (None) the one
+    written now, at MARKER_VERSION (write-once: two first pushes at once write the
+    same bytes; one of an older ags that wins writes version 1, read again here and
+    raised before a pack goes)."""
     if marker is not None:
         return marker
     if storage.put_new(MARKER_KEY, _marker_body(MARKER_VERSION)):

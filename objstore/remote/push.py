@@ -51,6 +51,7 @@ from .layout import (
     Marker,
     cell_key,
     check_cell_value,
+    checked_marker,
     ensure_marker,
     index_key,
     new_pack_name,
@@ -58,7 +59,6 @@ from .layout import (
     pin_body,
     pin_key,
     raise_marker,
-    read_marker,
     ref_of_cell,
 )
 from .storage import Cell, RemoteStorage
@@ -367,12 +367,12 @@ def push(
     (``Store.tracking_refs``); a push that changes only a session's metadata is
     rejected when the remote's cell moved since its tracking ref saw it.
 
-    Checks the server enforces conditional writes, writes the marker on an empty
-    remote, reads each ref's cell, sends what is missing as packs, then swaps the
+    Checks the remote (``checked_marker``: one holding other things is refused
+    before anything is written there), writes the marker on an empty remote,
+    reads each ref's cell, sends what is missing as packs, then swaps the
     cells. Rejected refs are in the result (nothing of theirs is overwritten);
     the caller moves remote-tracking refs (``record_push``)."""
-    storage.check()
-    marker = ensure_marker(storage)
+    marker = ensure_marker(storage, checked_marker(storage))
     records: dict[str, RefRecord] = {}
     for ref in refs:
         rec = store.read_ref(ref)
@@ -469,8 +469,7 @@ def delete_refs(
     for ref in refs:
         if ref_of_cell(cell_key(ref)) != ref:
             raise InvalidName(f"{ref} names no session or tag (sessions/<id>, tags/<name>)")
-    storage.check()
-    if read_marker(storage) is None:
+    if checked_marker(storage) is None:
         return PushResult(
             [RefPush(r, None, None, "rejected", "the remote has no such ref") for r in refs], 0, 0
         )

@@ -52,10 +52,10 @@ from .layout import (
     REFS,
     Marker,
     check_cell_value,
+    checked_marker,
     index_key,
     pack_key,
     pin_nodes,
-    read_marker,
     ref_of_cell,
 )
 from .push import send_objects
@@ -121,8 +121,7 @@ def collect_remote_garbage(
             f"the grace period must be at least {MIN_GRACE // 60} minutes: "
             "a push running beside gc relies on it"
         )
-    storage.check()
-    marker = read_marker(storage)
+    marker = checked_marker(storage)
     if marker is None:
         return RemoteGcReport(0, 0, 0, 0)
     holder = secrets.token_hex(8)

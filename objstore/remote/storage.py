@@ -289,8 +289,12 @@ class RemoteStorage(ABC):
     def check(self) -> None:
         """Raise unless the remote answers, exists, accepts the credentials and
         enforces conditional writes (``verify_conditional_writes``)."""
-        self._check_reachable()
+        self.check_reachable()
         self.verify_conditional_writes()
+
+    def check_reachable(self) -> None:
+        """``check`` without the conditional writes: it writes nothing."""
+        self._check_reachable()
 
     def _conditional_write_ignored(self, key: str, missing: str) -> str | None:
         """The first write the server let through that it must have refused, if any."""
