@@ -43,7 +43,7 @@ PUBLIC = {
 # subpackage with an API of its own.
 REMOTE_PUBLIC = {
     "RemoteStorage", "Cell", "ObjectInfo", "RemoteLocation",
-    "open_storage", "parse_location", "check_remote_name",
+    "open_storage", "parse_location", "check_remote_name", "checked_marker",
     "add_remote", "remote", "remotes", "remove_remote",
     "RemoteError", "BadRemote", "AccessDenied", "BucketMissing", "ConditionalWritesIgnored",
     "DamagedRemoteKey", "KeyMissing", "NoCredentials", "RemoteUnreachable", "SwapFailed",
