@@ -113,18 +113,20 @@ def make_dir(path: StrPath) -> None:
         os.close(fd)
 
 
-def make_dirs(path: StrPath, *, durable: bool = True) -> None:
-    """Create a directory and any missing parents; sync the entry of each one created."""
+def make_dirs(path: StrPath, *, durable: bool = True) -> list[str]:
+    """Create a directory and any missing parents; sync the entry of each one created.
+    Returns the directories it created, outermost first."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return
-    make_dirs(os.path.dirname(path), durable=durable)
+        return []
+    made = make_dirs(os.path.dirname(path), durable=durable)
     try:
         make_dir(path)
     except FileExistsError:
-        return
+        return made
     if durable:
         fsync_dir(os.path.dirname(path))
+    return [*made, path]
 
 
 def write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
@@ -168,15 +170,22 @@ _START_WRITEBACK: Final = getattr(os, "POSIX_FADV_DONTNEED", None)
 
 
 def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
-    """Rename ``tmp`` over ``dest`` and, if durable, sync ``dest``'s directory."""
+    """Rename ``tmp`` over ``dest`` and, if durable, sync ``dest``'s directory. Missing
+    directories on the way are made first and synced after the rename, once ``dest``
+    is in them: an empty directory is what another writer may remove (a directory
+    remote's delete prunes those it empties), and an fsync before the rename kept
+    it empty for that long."""
     parent = os.path.dirname(dest)
+    made: list[str] = []
     try:
         os.rename(tmp, dest)
     except FileNotFoundError:
-        make_dirs(parent, durable=durable)
+        made = make_dirs(parent, durable=False)
         os.rename(tmp, dest)
     if durable:
         fsync_dir(parent)
+        for directory in reversed(made):  # the entry of each directory made
+            fsync_dir(os.path.dirname(directory))
 
 
 def atomic_write(tmp_dir: StrPath, dest: StrPath, data: Data, *, durable: bool = True) -> None:

@@ -366,13 +366,15 @@ class _Seen:
         """Walk back from ``walk.at``, gathering message blobs, to the span's start (or
         where it cannot be what the span lists); True if it stopped at a node whose
         place ``positions`` does not know yet (``walk.wanted``), to go on from there."""
-        keys, parents, contents = self.keys[0], self.parents, self.contents
+        keys, parents, contents, compactions = (
+            self.keys[0], self.parents, self.contents, self.compactions,
+        )  # fmt: skip
         at, after, blobs = walk.at, walk.after, walk.blobs
         if at == UNPLACED:  # placed by ``add`` since
             at = positions.find(walk.wanted)
         size = len(walk.messages)
         while at >= 0:
-            if keys[at] == after or self.compactions[at] or len(blobs) > size:
+            if keys[at] == after or compactions[at] or len(blobs) > size:
                 break
             blobs.append(contents[at])
             parent = parents[at]

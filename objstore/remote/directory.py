@@ -38,7 +38,7 @@ from typing import Final, TypeVar
 
 import blake3
 
-from ..files import FileLock, fsync_dir, make_dir, make_dirs, open_fd, read_file, write_new
+from ..files import FileLock, make_dir, open_fd, read_file, replace, write_new
 from .errors import BucketMissing, RemoteError, SwapFailed
 from .storage import ObjectInfo, RemoteStorage, TransferStats
 
@@ -106,7 +106,20 @@ class DirectoryStorage(RemoteStorage):
         def write() -> None:
             tmp = write_new(self.root / TMP, data)
             try:
-                _rename_into(tmp, self._path(key), self.root)
+                # A delete of a neighbouring key prunes a "directory" it left empty
+                # (_prune_empty_parents), perhaps between ``replace`` making it again
+                # and renaming into it: try again, as S3 knows no directories at all,
+                # after a pause of random length, since threads that take turns for
+                # the interpreter lock at each system call can otherwise lose that
+                # race in step, try after try (CI once saw all sixteen lost).
+                for attempt in range(PRUNE_RACE_TRIES):
+                    try:
+                        replace(tmp, self._path(key))
+                        return
+                    except FileNotFoundError:
+                        if attempt == PRUNE_RACE_TRIES - 1:
+                            raise
+                        time.sleep(random.uniform(0, PRUNE_RACE_PAUSE * attempt))
             except BaseException:
                 _unlink_if_present(Path(tmp))
                 raise
@@ -226,38 +239,6 @@ class DirectoryStorage(RemoteStorage):
 
 
 PRUNE_RACE_TRIES: Final = 16
-
-
-def _rename_into(tmp: str, dest: Path, root: Path) -> None:
-    """Rename ``tmp`` over ``dest`` durably (files.replace), making the "directories"
-    above ``dest`` again where a delete of a neighbouring key pruned them
-    (``_prune_empty_parents``), as S3 knows no directories at all.
-
-    A prune may come between making them and the rename: the rename is tried again,
-    after a pause of random length, since threads that take turns for the
-    interpreter lock at each system call can otherwise lose that race in step, try
-    after try (CI once saw all sixteen lost). The directories made are synced once the
-    key is in them, so the window is a ``mkdir``'s, not an fsync's."""
-    making = False  # the directories, before the rename
-    for attempt in range(PRUNE_RACE_TRIES):
-        try:
-            if making:  # (a prune between its mkdir and its open fails it too)
-                make_dirs(dest.parent, durable=False)
-            os.rename(tmp, dest)
-            break
-        except FileNotFoundError:
-            if attempt == PRUNE_RACE_TRIES - 1:
-                raise
-            if making:
-                time.sleep(random.uniform(0, PRUNE_RACE_PAUSE * attempt))
-            making = True
-    directory = dest.parent
-    fsync_dir(directory)
-    while making and directory != root:  # the entries of the directories made
-        directory = directory.parent
-        fsync_dir(directory)
-
-
 PRUNE_RACE_PAUSE: Final = 0.0005  # seconds, times the tries so far: the most of a pause
 
 
