@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from .errors import InvalidInput, SessionBusy, StoreFormatError
+from .errors import InvalidInput, ObjectError, SessionBusy, StoreFormatError
 from .id_set import MARK_KEY_BYTES, IdSet
 from .object_store import MIN_GRACE
 from .reach import reach_into, scanning
@@ -89,11 +89,20 @@ def collect_garbage(
             progress("mark", 0, 1)
         # An IdSet and a reader that lets go of pack pages: the mark holds every id
         # of the store and reads most of its packs (FORMAT.md 11 gives the bound).
-        marked = reach_into(
-            IdSet(store.object_count_hint(), key_bytes=MARK_KEY_BYTES),
-            found,
-            scanning(store.node, store.release_pages),
-        )
+        # A node that cannot be read hides what it links to: its parent and
+        # everything before it would look unreachable, and be swept. So gc stops.
+        try:
+            marked = reach_into(
+                IdSet(store.object_count_hint(), key_bytes=MARK_KEY_BYTES),
+                found,
+                scanning(store.node, store.release_pages),
+                skip_missing=False,
+            )
+        except ObjectError as e:
+            raise StoreFormatError(
+                f"gc stopped before sweeping anything: {e}, so what it links to cannot "
+                "be followed; repair or remove it first (ags fsck lists the damage)"
+            ) from None
         store.release_pages()
         if progress:
             progress("mark", 1, 1)

@@ -83,9 +83,10 @@ def reachable(
 ) -> set[str]:
     """Every object id the node ids ``roots`` reach, the roots included.
 
-    Each node is read once, so shared history (forks) costs nothing twice. An
-    object that cannot be read is kept in the set (gc must not drop what it
-    cannot see) and, with ``skip_missing``, not followed; fsck reports it.
+    Each node is read once, so shared history (forks) costs nothing twice. A node
+    that cannot be read is kept in the set and, with ``skip_missing``, not followed
+    (fsck reports it); without, its ObjectError is raised: gc stops on it, since
+    what it links to would look unreachable.
     """
     return reach_into(set(), roots, node, skip_missing=skip_missing)
 

@@ -14,6 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,49 @@ def test_gc_refuses_to_sweep_past_a_damaged_ref(tmp_path: Path) -> None:
     code, _out, err = ags(path, "gc")
     assert code == 1
     assert f"gc stopped before changing anything: ref sessions/{a} is unreadable" in err
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_gc_refuses_to_sweep_past_a_node_it_cannot_read(tmp_path: Path, damage: str) -> None:
+    """A node in the middle of a history that cannot be read hides its parent: were it
+    only kept, everything before it would look unreachable and be swept (it was: a
+    session lost its intact older messages to one flipped byte). gc stops instead,
+    and the history before the damage stays readable."""
+    path = tmp_path / "store"
+    with Store.open(path) as s:
+        sid = s.new_session(title="damaged")
+        ids = [s.append(sid, {"role": "user", "content": f"message {i}"}) for i in range(6)]
+    broken = ids[3]
+    # Every object again, as a loose file written hours ago (older than any grace).
+    with Store.open(path) as s:
+        kept = {oid: s.objects.get(oid) for oid in s.objects.ids() if oid != broken}
+    for pack in packs(path):
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+    with Store.open(path) as s:
+        for oid, (kind, body) in kept.items():
+            assert s.objects.put(kind, body, pack=False) == oid
+    if damage == "corrupt":
+        loose = path / "objects" / broken[:2] / broken[2:]
+        loose.parent.mkdir(exist_ok=True)
+        loose.write_bytes(b"not a zstd frame")
+    hours_ago = time.time() - 3 * 3600
+    loose_files = sorted(p for p in (path / "objects").glob("??/*"))
+    for file in loose_files:
+        os.utime(file, (hours_ago, hours_ago))
+    for run in ({"dry_run": True}, {}):
+        with (
+            Store.open(path) as s,
+            pytest.raises(StoreFormatError, match="gc stopped before sweeping anything"),
+        ):
+            collect_garbage(s, grace=600, **run)
+    code, _out, err = ags(path, "gc", "--grace", "10m")
+    assert code == 1
+    assert f"gc stopped before sweeping anything: object {broken} is {damage}" in err
+    assert sorted(p for p in (path / "objects").glob("??/*")) == loose_files
+    with Store.open(path) as s:
+        assert s.node(ids[2]).parent == ids[1]  # the history before the damage
+        assert s.blob(s.node(ids[0]).content) == {"role": "user", "content": "message 0"}
 
 
 def test_a_stray_file_among_refs_does_not_stop_gc(tmp_path: Path) -> None:
