@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +107,7 @@ def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[
 @cli.command()
 @click.argument("spec", default="HEAD")
 @click.option("--oneline", is_flag=True, help="One line per message.")
-@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("-n", "limit", type=click.IntRange(0, sys.maxsize), help="Show at most N entries.")
 @click.option("--context", "context_only", is_flag=True,
               help="Only what the model sees at SPEC (after compactions).")  # fmt: skip
 @click.option("--graph", is_flag=True, help="Draw sessions and their forks.")
@@ -330,7 +331,7 @@ def _diff_files(store: Store, a: str, b: str, as_json: bool) -> None:
 @click.option("--session", "session_spec", help="Only this session (id, prefix, HEAD).")
 @click.option("--role", help="Only messages of this role (user, assistant, tool; summary).")
 @click.option("--all", "include_archived", is_flag=True, help="Search archived sessions too.")
-@click.option("-n", "limit", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("-n", "limit", type=click.IntRange(1, sys.maxsize), default=50, show_default=True,
               help="At most N hits.")  # fmt: skip
 @click.option("--rebuild", is_flag=True, help="Rebuild the index from the objects first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -25,7 +25,7 @@ import sys
 import textwrap
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -202,9 +202,16 @@ def parse_duration(text: str) -> float:
         if text == "0" or text == "now":
             return 0.0
         if text and text[-1] in units:
-            value = float(text[:-1])
-            if value >= 0:
-                return value * units[text[-1]]
+            seconds = float(text[:-1]) * units[text[-1]]
+            if 0 <= seconds <= MAX_DURATION:  # (not NaN: "nand"; not "infd")
+                return seconds
+            if seconds > MAX_DURATION:
+                raise click.BadParameter(f"{text!r} is longer than 1,000 years")
     except ValueError:
         pass
     raise click.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 45s")
+
+
+MAX_DURATION: Final = 1000 * 365 * 86400
+"""The longest duration ``parse_duration`` takes: a time that long ago is still a date
+ags writes (its year has four digits)."""

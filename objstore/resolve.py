@@ -8,6 +8,7 @@ finds the repository a directory is in.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ class Resolver:
             session = session_of(name)
             node = self._reflog_value(name, parsed)
         if parsed.back:
-            chain = list(islice(walk(node, self._node), parsed.back + 1))
+            # (at most sys.maxsize steps: islice takes no more, and no history is as deep)
+            chain = list(islice(walk(node, self._node), min(parsed.back, sys.maxsize - 1) + 1))
             if len(chain) <= parsed.back:
                 raise UnknownSpec(f"{spec}: history is only {len(chain)} nodes deep")
             node = chain[-1].id

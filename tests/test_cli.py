@@ -181,6 +181,30 @@ def test_unknown_spec_is_refused_and_changes_nothing(world, args):
     assert_refused(world, [x.format(x="0000dead") for x in args], "0000dead")
 
 
+HUGE = "9" * 23  # past any 64-bit integer
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["log", "{a}~" + HUGE], "history is only"),
+        (["fork", "{a}~" + HUGE], "history is only"),
+        (["log", "-n", HUGE, "{a}"], "is not in the range"),
+        (["search", "zebra", "-n", HUGE], "is not in the range"),
+        (["gc", "--archived-older-than", HUGE + "d"], "is longer than 1,000 years"),
+        (["gc", "--reflog-older-than", "1e308d", "--dry-run"], "is longer than 1,000 years"),
+        (["gc", "--archived-older-than", "infd"], "is longer than 1,000 years"),
+        (["gc", "--grace", "nanm"], "is not a duration"),
+    ],
+    ids=["log~N", "fork~N", "log-n", "search-n", "retention", "reflog-age", "inf", "nan"],
+)
+def test_numbers_past_any_limit_are_refused_in_one_line(world, args, message):
+    """Before, each of these raised out of the CLI with a traceback (islice, SQLite and
+    the time functions take no integer past 64 bits; inf and NaN slipped through
+    the duration parser)."""
+    assert_refused(world, [a.format(a=world.a) for a in args], message)
+
+
 @pytest.fixture(scope="module")
 def crowded(tmp_path_factory) -> tuple[Path, str, str]:
     """A store where two sessions share a 4-digit prefix, the shortest a user may type."""

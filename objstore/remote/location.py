@@ -78,7 +78,10 @@ def parse_location(
     if endpoint is not None or region is not None:
         raise BadRemote("--endpoint and --region are for s3:// remotes, not for a directory")
     if scheme == "file":
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # an unclosed [ of an IPv6 address
+            raise BadRemote(f"{url!r}: a file:// URL names a path on this machine") from None
         if parts.netloc not in ("", "localhost"):
             raise BadRemote(f"{url!r}: a file:// URL names a path on this machine")
         path = parts.path
@@ -94,9 +97,13 @@ def parse_location(
 def _check_endpoint(endpoint: str | None) -> str | None:
     if endpoint is None:
         return None
-    parts = urlsplit(endpoint)
+    unusable = BadRemote(f"bad endpoint {endpoint!r}: give http://host:port or https://host")
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError:  # an unclosed [ of an IPv6 address
+        raise unusable from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRemote(f"bad endpoint {endpoint!r}: give http://host:port or https://host")
+        raise unusable
     if parts.username is not None or parts.password is not None:
         raise BadRemote(
             "no credentials in the endpoint URL (ags never stores them); use "
@@ -107,7 +114,7 @@ def _check_endpoint(endpoint: str | None) -> str | None:
     try:
         parts.port  # noqa: B018  (raises on a port that is not a number)
     except ValueError:
-        raise BadRemote(f"bad endpoint {endpoint!r}: the port is not a number") from None
+        raise BadRemote(f"bad endpoint {endpoint!r}: the port is not 0-65535") from None
     return endpoint.rstrip("/")
 
 
