@@ -279,10 +279,19 @@ def _with_meta(rec: RefRecord, **changes: Any) -> Body:
     return {**rec.body, "meta": {**rec.body.get("meta", {}), **changes}}
 
 
+def _holds_other_things(root: Path) -> bool:
+    """Whether ``root`` is a directory holding more than a store's layout (which
+    another process creating the store at the same moment leaves before its marker)."""
+    try:
+        return not {p.name for p in root.iterdir()} <= LAYOUT
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return False  # no directory, or one the access check names
+
+
 def _create_store(root: Path) -> None:
     """Make the layout and then the marker (a store is one once the marker exists).
     Another process creating the same store at the same moment leaves only these."""
-    if root.exists() and not {p.name for p in root.iterdir()} <= LAYOUT:
+    if _holds_other_things(root):
         raise StoreFormatError(f"{root} is not empty and is not an ags store")
     make_dirs(root)
     os.chmod(root, DIR_MODE)  # an empty directory made by someone else's mkdir: private now
@@ -390,6 +399,10 @@ class Store:
         root = default_store_path() if path is None else Path(path).expanduser().absolute()
         config = root / CONFIG_FILE
         checked = not shared_allowed(allow_shared)
+        if not os.path.lexists(config) and _holds_other_things(root):
+            # Said before the access check: a mistyped --store (/, /tmp, a project)
+            # is no store, and advice to chmod it all would be wrong.
+            raise StoreFormatError(f"{root} is not empty and is not an ags store")
         if checked:
             check_store_access(root)  # before anything in it is read or written
         try:

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from objstore import Store, UnsafeStore
+from objstore import Store, StoreFormatError, UnsafeStore
 from objstore.files import write_private_file
 from objstore.fsck import check_store
 from objstore.search import SearchIndex
@@ -199,6 +199,21 @@ def test_a_store_others_can_write_to_is_refused(
     monkeypatch.setenv("AGS_ALLOW_SHARED_STORE", "1")
     with Store.open(path) as s:
         s.append(sid, {"role": "user", "content": "shared on purpose"})
+
+
+def test_a_shared_folder_that_is_no_store_is_named_so(tmp_path: Path) -> None:
+    """A mistyped --store (/, /tmp, a project) that others can write to is said to be no
+    store, not refused with advice to chmod -R all of it; nothing is made in it."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    os.chmod(folder, 0o1777)
+    with pytest.raises(StoreFormatError, match="is not empty and is not an ags store"):
+        Store.open(folder)
+    result = CliRunner().invoke(cli, ["--store", str(folder), "ls"])
+    assert result.exit_code == 1
+    assert result.stderr == f"ags: {folder} is not empty and is not an ags store\n"
+    assert os.listdir(folder) == ["notes.txt"]
 
 
 def test_a_store_others_can_only_read_opens_and_fsck_warns(tmp_path: Path) -> None:
