@@ -189,8 +189,37 @@ def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
 
 
 def atomic_write(tmp_dir: StrPath, dest: StrPath, data: Data, *, durable: bool = True) -> None:
-    """The whole protocol: ``dest`` holds ``data`` afterwards, or is unchanged."""
-    replace(write_new(tmp_dir, data, durable=durable), dest, durable=durable)
+    """The whole protocol: ``dest`` holds ``data`` afterwards, or is unchanged (and no
+    temporary file is left: a rename refused, by a directory others cannot write
+    to or a directory where ``dest`` would be, is not left for gc to find)."""
+    tmp = write_new(tmp_dir, data, durable=durable)
+    try:
+        replace(tmp, dest, durable=durable)
+    except BaseException:
+        with suppress(FileNotFoundError):  # (gone if the rename was done)
+            os.unlink(tmp)
+        raise
+
+
+def remove_empty_dirs(path: StrPath, stop: StrPath) -> None:
+    """Remove the directory ``path``, then each parent of it below ``stop``, while they
+    are empty: what deleting the last file in them leaves (a tag ``a/b``)."""
+    path, stop = os.path.abspath(path), os.path.abspath(stop)
+    while path.startswith(stop + os.sep):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty, or gone already
+            return
+        path = os.path.dirname(path)
+
+
+def remove_empty_tree(path: StrPath) -> bool:
+    """Remove the directory ``path`` if it holds only directories, bottom up; return
+    whether it is gone."""
+    for directory, _subdirs, _files in os.walk(path, topdown=False):
+        with suppress(OSError):  # one holding a file stays, and so do its parents
+            os.rmdir(directory)
+    return not os.path.lexists(path)
 
 
 def write_private_file(dest: StrPath, data: bytes) -> None:

@@ -751,12 +751,19 @@ class RefStore:
                 os.unlink(tmp)
             raise
         if tmp is not None:
-            files.replace(tmp, path, durable=durable)
+            try:
+                files.replace(tmp, path, durable=durable)
+            except BaseException:
+                with suppress(FileNotFoundError):  # (gone if the rename was done)
+                    os.unlink(tmp)
+                raise
         else:
             with suppress(FileNotFoundError):
                 os.unlink(path)
             if durable:
                 files.fsync_dir(os.path.dirname(path))
+            if ref_kind(name) == "tags":  # the folders of a tag a/b (a tag a may be made)
+                files.remove_empty_dirs(os.path.dirname(path), stop=f"{self._root}/tags")
 
     def compare_and_swap(
         self, name: str, expected: str | None, target: str | None, reason: str

@@ -55,7 +55,7 @@ from .errors import (
     UnknownSpec,
 )
 from .file_paths import check_file_path
-from .files import DIR_MODE, atomic_write, make_dirs, read_file
+from .files import DIR_MODE, atomic_write, make_dirs, read_file, remove_empty_tree
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
@@ -1103,6 +1103,8 @@ class Store:
                 raise RefConflict(f"tag {name} already names {current.target}")
             if current is not None and current.target == node_id:
                 return current.body
+            if current is None:
+                _check_tag_place(self.refs, name)
             return {"target": node_id}
 
         self.refs.transact(tag_ref(name), f"tag {spec}", change)
@@ -1469,6 +1471,29 @@ for _name, _member in list(vars(Store).items()):
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
+
+
+def _check_tag_place(refs: RefStore, name: str) -> None:
+    """Refuse a new tag whose file would be a folder of another tag's (``a`` beside
+    ``a/b``), or sit in one: a ref is a file named by its name (FORMAT.md 8)."""
+    parts = name.split("/")
+    for i in range(1, len(parts)):
+        above = "/".join(parts[:i])
+        if os.path.isfile(refs.path(tag_ref(above))):
+            raise RefConflict(f"tag {name} cannot be made: tag {above} exists")
+    path = refs.path(tag_ref(name))
+    if os.path.isdir(path):
+        inside = f"tags/{name}/"
+        below = next((ref_short(r) for r in refs.names("tags") if r.startswith(inside)), None)
+        if below is not None:
+            raise RefConflict(f"tag {name} cannot be made: tag {below} exists")
+        remove_empty_tree(path)  # folders left by a deleted a/b
+    logs = refs.log_path(tag_ref(name))
+    if os.path.isdir(logs) and not remove_empty_tree(logs):
+        raise RefConflict(
+            f"tag {name} cannot be made: the reflogs of deleted tags inside {name}/ are kept "
+            "until gc expires them"
+        )
 
 
 def _is_session_id(name: str) -> bool:

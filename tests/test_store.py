@@ -413,6 +413,29 @@ def test_a_corrupt_loose_object_is_reported(store):
     assert oid in str(err.value)
 
 
+
+def test_a_tag_and_a_folder_of_tags_of_one_name_are_refused_and_leave_nothing(store):
+    """A tag is a file named by its name, so ``a`` and ``a/b`` cannot both be. Before,
+    the second raised "Not a directory" naming a file in tmp/, which stayed there,
+    and a deleted ``x/y`` left the folder ``x`` that kept tag ``x`` from being made."""
+    sid = store.new_session()
+    node = store.append(sid, {"role": "user", "content": "1"})
+    store.tag("a", node)
+    with pytest.raises(RefConflict, match="tag a/b cannot be made: tag a exists"):
+        store.tag("a/b", node)
+    store.tag("x/y/z", node)
+    with pytest.raises(RefConflict, match="tag x cannot be made: tag x/y/z exists"):
+        store.tag("x", node)
+    assert os.listdir(store.path / "tmp") == []
+    store.delete_tag("x/y/z")
+    assert sorted(os.listdir(store.path / "refs" / "tags")) == ["a"]
+    # The reflog of the deleted tag is kept (logs/tags/x/y/z), which x's would replace.
+    with pytest.raises(RefConflict, match="reflogs of deleted tags inside x/ are kept"):
+        store.tag("x", node)
+    store.expire_reflogs("9999-01-01T00:00:00.000Z")
+    store.tag("x", node)
+    assert store.tags() == {"a": node, "x": node}
+
 @pytest.mark.parametrize(
     "name",
     ["../escape", "/etc/passwd", "a\0b", "x/../../y", ".hidden", "a/./b", "ok/", "", "a..b/../c"],

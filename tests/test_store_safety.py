@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from objstore import Store, StoreFormatError, UnsafeStore
-from objstore.files import write_private_file
+from objstore.files import atomic_write, write_private_file
 from objstore.fsck import check_store
 from objstore.search import SearchIndex
 
@@ -349,3 +349,15 @@ def test_write_private_file_leaves_nothing_behind_when_refusing(tmp_path: Path) 
     with pytest.raises(Exception, match="FIFO"):
         write_private_file(fifo, b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_an_atomic_write_refused_at_its_rename_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """Where the rename fails (a directory in the way, a folder the user cannot write
+    to), the temporary file goes too: before, each such write left one in tmp/."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "in-the-way").mkdir()
+    (tmp_path / "in-the-way" / "keep").write_text("x")
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "tmp", tmp_path / "in-the-way", b"data")
+    assert os.listdir(tmp_path / "tmp") == []
+    assert os.listdir(tmp_path / "in-the-way") == ["keep"]
