@@ -42,8 +42,8 @@ from .output import (
               show_default=True,
               help="json: the export document; md: a Markdown transcript; "
                    "html: one self-contained page.")  # fmt: skip
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write to FILE (mode 0600) instead of stdout, all or nothing; "
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+              help="Write to FILE (mode 0600) instead of stdout ('-'), all or nothing; "
                    "only a regular file is replaced.")  # fmt: skip
 @click.pass_context
 def export_cmd(ctx: click.Context, spec: str, fmt: str, output: str | None) -> None:
@@ -62,6 +62,8 @@ def export_cmd(ctx: click.Context, spec: str, fmt: str, output: str | None) -> N
       ags export 3f2a --format html -o session.html
       ags export 3f2a --format md | less
     """
+    if output == "":
+        raise click.BadParameter("give a file name, or - for stdout", param_hint="-o")
     store = open_store(ctx)
     if fmt == "json":
         doc = export_session(store, spec)
@@ -75,7 +77,7 @@ def export_cmd(ctx: click.Context, spec: str, fmt: str, output: str | None) -> N
         # For people: control and hidden characters shown as escapes, as on a terminal.
         data = visible(render(transcript, fmt), multiline=True).encode("utf-8")
         count = f"{len(transcript.entries)} entries"
-    if output is None:
+    if output is None or output == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return

@@ -239,6 +239,8 @@ def write_private_file(dest: StrPath, data: bytes) -> None:
         if not stat.S_ISREG(st.st_mode):
             what = _FILE_TYPES.get(stat.S_IFMT(st.st_mode), "not a regular file")
             raise InvalidInput(f"refusing to write to {dest}: it is {what} (give a regular file)")
+    if not os.path.isdir(os.path.dirname(dest)):
+        raise InvalidInput(f"cannot write {dest}: no folder {os.path.dirname(dest)}")
     atomic_write(os.path.dirname(dest), dest, data)
 
 

@@ -413,7 +413,6 @@ def test_a_corrupt_loose_object_is_reported(store):
     assert oid in str(err.value)
 
 
-
 def test_a_tag_and_a_folder_of_tags_of_one_name_are_refused_and_leave_nothing(store):
     """A tag is a file named by its name, so ``a`` and ``a/b`` cannot both be. Before,
     the second raised "Not a directory" naming a file in tmp/, which stayed there,
@@ -435,6 +434,7 @@ def test_a_tag_and_a_folder_of_tags_of_one_name_are_refused_and_leave_nothing(st
     store.expire_reflogs("9999-01-01T00:00:00.000Z")
     store.tag("x", node)
     assert store.tags() == {"a": node, "x": node}
+
 
 @pytest.mark.parametrize(
     "name",

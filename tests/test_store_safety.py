@@ -318,6 +318,24 @@ def test_export_to_a_file_is_0600_and_replaces_a_regular_file(
     assert stat.S_IMODE(new.stat().st_mode) == 0o600
 
 
+def test_export_to_dash_is_stdout_and_a_missing_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o -`` wrote a file named ``-``, and ``-o nodir/x.json`` made the folder."""
+    path = tmp_path / "store"
+    sid, _head = store_with_session(path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", "-"])
+    assert result.exit_code == 0 and b"my secret plan" in result.stdout_bytes
+    missing = tmp_path / "nodir" / "x.json"
+    result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", str(missing)])
+    assert result.exit_code == 1
+    assert result.stderr == f"ags: cannot write {missing}: no folder {missing.parent}\n"
+    result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", ""])
+    assert result.exit_code == 2 and "give a file name, or - for stdout" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
 @pytest.mark.parametrize("what", ["fifo", "symlink", "device"])
 def test_export_refuses_a_fifo_a_symlink_or_a_device(
     tmp_path: Path, victim: Path, what: str
