@@ -137,11 +137,11 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
     ctx.obj = store_path
 
 
-def open_store(ctx: click.Context) -> Store:
+def open_store(ctx: click.Context, *, create: bool = True) -> Store:
     """The store for this invocation, closed when the command ends.
 
     Only the commands in CREATING_COMMANDS create a missing store (saying so on
-    stderr); the others report it missing.
+    stderr), and only when ``create``; the others report it missing.
     """
     root = ctx.find_root()
     store: Store | None = root.meta.get("ags.store")
@@ -149,7 +149,7 @@ def open_store(ctx: click.Context) -> Store:
         try:
             store = Store.open(root.obj, create=False)
         except StoreMissing:
-            if ctx.command.name not in CREATING_COMMANDS:
+            if not create or ctx.command.name not in CREATING_COMMANDS:
                 raise
             store = Store.open(root.obj)
             click.echo(f"ags: created a new store at {store.path}", err=True)

@@ -4,6 +4,8 @@ HTML), import (export documents, other agents' session files), gc, repack, fsck,
 from __future__ import annotations
 
 import sys
+import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from agent.importers import TOOL_NAMES, import_sessions
 from objstore import (
     AgsError,
     Store,
+    StoreMissing,
     check_store,
     collect_garbage,
     encode_document,
@@ -150,7 +153,28 @@ def import_cmd(
 def _import_from(
     ctx: click.Context, tool: str, paths: tuple[str, ...], *, dry_run: bool, as_json: bool
 ) -> None:
-    store = open_store(ctx)
+    sources = [Path(p).expanduser() for p in paths]
+    missing = [p for p in sources if not p.exists()]
+    if missing:  # said before a store is made for it
+        raise AgsError(f"no such file or folder: {missing[0]}")
+    with ExitStack() as stack:
+        if not dry_run:
+            store = open_store(ctx)
+        else:  # writes nothing, not even a new store: an empty one in its place
+            try:
+                store = open_store(ctx, create=False)
+            except StoreMissing:
+                empty = stack.enter_context(tempfile.TemporaryDirectory(prefix="ags-dry-run-"))
+                store = stack.enter_context(Store.open(Path(empty) / "store"))
+        failed = _import_files(store, tool, sources, dry_run=dry_run, as_json=as_json)
+    if failed:
+        ctx.exit(1)
+
+
+def _import_files(
+    store: Store, tool: str, sources: list[Path], *, dry_run: bool, as_json: bool
+) -> bool:
+    """Import and say what was imported; return whether any file failed as a whole."""
     bar: Any = None
 
     def progress(done: int, total: int) -> None:
@@ -163,9 +187,7 @@ def _import_from(
         bar.update(done - bar.pos)
 
     try:
-        rows = import_sessions(
-            store, tool, [Path(p).expanduser() for p in paths], dry_run=dry_run, progress=progress
-        )
+        rows = import_sessions(store, tool, sources, dry_run=dry_run, progress=progress)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -183,8 +205,7 @@ def _import_from(
         lines.append(f"{len(rows)} files: " + ", ".join(f"{n} {s}" for s, n in counts.items())
                      + would)  # fmt: skip
         emit_lines(lines, page=False)
-    if any(row.status == "failed" for row in rows):
-        ctx.exit(1)
+    return any(row.status == "failed" for row in rows)
 
 
 def _duration_or_never(value: str) -> float | None:

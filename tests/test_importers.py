@@ -483,6 +483,7 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     assert {"source", "session", "status", "messages", "problems"} <= set(rows[0])
     assert [r["status"] for r in rows] == ["created"] * 4
     assert sorted(r["messages"] for r in rows) == [2, 4, 6, 7]
+    assert not Path(store).exists()  # a dry run makes no store either
     with Store.open(store) as s:
         assert s.sessions() == []
     real = runner.invoke(cli, ["--store", store, "import", "--from", "claude-code", str(claude),
@@ -502,6 +503,11 @@ def test_cli_import_json_keys_dry_run_and_exit_codes(tmp_path: Path, claude: Pat
     assert row["status"] == "failed" and row["session"] is None and row["problems"]
     missing = runner.invoke(cli, ["--store", store, "import", "--from", "codex", "/no/such"])
     assert missing.exit_code == 1 and "no such file" in missing.output
+    elsewhere = tmp_path / "new-store"
+    args = ["--store", str(elsewhere), "import", "--from", "codex", "/no/such"]
+    missing = runner.invoke(cli, args)
+    assert missing.stderr == "ags: no such file or folder: /no/such\n"
+    assert not elsewhere.exists()  # not made for an import that cannot start
 
 
 def test_cli_import_default_folder_from_environment(
