@@ -292,6 +292,15 @@ class _Stripe:
                 self.lock.unlock()
 
 
+def _unreadable_folder(error: OSError) -> None:
+    """``os.walk``'s onerror for the folders of refs and reflogs: one that is missing
+    holds no refs (none made yet, or removed since it was listed); any other error
+    is raised."""
+    if isinstance(error, FileNotFoundError):
+        return
+    raise StoreFormatError(f"{error.filename} cannot be read ({error.strerror})")
+
+
 class RefStore:
     def __init__(
         self,
@@ -428,10 +437,12 @@ class RefStore:
             yield from self.names(kind)
 
     def names(self, kind: str) -> Iterator[str]:
-        """Every ref name of a kind (one of REF_KINDS), unsorted."""
+        """Every ref name of a kind (one of REF_KINDS), unsorted. A folder of refs that
+        cannot be read is StoreFormatError, not skipped: gc would sweep what its refs
+        reach, and fsck would pass the store."""
         base = self.root / kind
         seen: set[str] = set()
-        for dirpath, _dirs, filenames in os.walk(base):
+        for dirpath, _dirs, filenames in os.walk(base, onerror=_unreadable_folder):
             rel = os.path.relpath(dirpath, self.root)
             for fn in filenames:
                 name = f"{rel}/{fn}"
@@ -467,8 +478,9 @@ class RefStore:
         return unreadable_lines(self.log_path(name))
 
     def log_names(self) -> Iterator[str]:
-        """The name of every ref that has a reflog file, deleted refs included."""
-        for dirpath, _dirs, filenames in os.walk(self._logs):
+        """The name of every ref that has a reflog file, deleted refs included (a folder
+        that cannot be read is StoreFormatError, as in ``names``)."""
+        for dirpath, _dirs, filenames in os.walk(self._logs, onerror=_unreadable_folder):
             rel = os.path.relpath(dirpath, self._logs)
             for fn in filenames:
                 name = f"{rel}/{fn}"

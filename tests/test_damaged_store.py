@@ -348,6 +348,37 @@ def test_gc_refuses_to_sweep_past_a_node_it_cannot_read(tmp_path: Path, damage: 
         assert s.blob(s.node(ids[0]).content) == {"role": "user", "content": "message 0"}
 
 
+def as_user_without_overrides(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` without the capabilities that let root read any folder (as root),
+    or as it is (as anyone else): so a folder of mode 000 is unreadable to it."""
+    if os.geteuid() == 0:
+        drop = "-dac_override,-dac_read_search,-fowner"
+        args = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *args]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def test_a_folder_of_refs_that_cannot_be_read_is_named_not_skipped(tmp_path: Path) -> None:
+    """fsck passed a store whose refs/sessions it could not list (it saw no sessions),
+    log said no session matched, and gc would have swept what they reach."""
+    path = tmp_path / "store"
+    a, _b, _c = three_sessions(path)
+    folder = path / "refs" / "sessions"
+    before = sorted(p.name for p in packs(path))
+    os.chmod(folder, 0)
+    try:
+        for command in (["fsck"], ["log", a[:8]], ["gc", "--grace", "10m"]):
+            done = as_user_without_overrides(
+                [sys.executable, "-m", "cli.main", "--store", str(path), *command]
+            )
+            assert done.returncode == 1, (command, done.stdout, done.stderr)
+            assert f"{folder} cannot be read (Permission denied)" in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
+    finally:
+        os.chmod(folder, 0o700)
+    assert sorted(p.name for p in packs(path)) == before
+    assert fsck_problems(path) == []
+
+
 def test_a_stray_file_among_refs_does_not_stop_gc(tmp_path: Path) -> None:
     path = tmp_path / "store"
     three_sessions(path)
