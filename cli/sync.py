@@ -8,7 +8,9 @@ progress on stderr when it is a terminal).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -382,6 +384,7 @@ def clone_cmd(
     if where.exists() and (not where.is_dir() or any(where.iterdir())):
         raise BadRemote(f"{where} exists and is not an empty directory")
     made = not where.exists()
+    mode = 0 if made else stat.S_IMODE(where.stat().st_mode)  # Store.open makes it 0700
     try:
         with Store.open(where) as store, open_storage(location) as storage:
             add_remote(store, "origin", location)
@@ -393,6 +396,7 @@ def clone_cmd(
         else:
             for child in where.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
+            os.chmod(where, mode)
         raise
     if as_json:
         emit_json(

@@ -5,7 +5,9 @@ that diverged is never overwritten without --force, what arrives is verified."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -524,6 +526,12 @@ def test_a_clone_of_a_missing_remote_leaves_nothing_behind(tmp_path: Path) -> No
     assert result.exit_code == 1 and result.stderr.startswith("ags: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "c").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o755)
+    os.chmod(empty, 0o755)  # whatever the umask
+    result = CliRunner().invoke(cli, ["clone", str(tmp_path / "nowhere"), str(empty)])
+    assert result.exit_code == 1
+    assert os.listdir(empty) == [] and stat.S_IMODE(empty.stat().st_mode) == 0o755
 
 
 def test_remote_gc_beside_pushes_never_leaves_a_ref_naming_a_swept_object(
