@@ -52,7 +52,7 @@ from .limits import (
 )
 from .nodes import Node, parse_node
 from .reach import node_links
-from .refs import now_iso, session_ref
+from .refs import now_iso, second_text, session_ref
 from .store import META_FIELDS, Store, new_session_id
 from .walk import walk
 
@@ -342,7 +342,7 @@ def _import_time(text: str, where: str) -> int:
 
 def _time_text(ms: int) -> str:
     """The time format of refs (``refs.iso_time``), from whole milliseconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    return f"{second_text(ms // 1000)}.{ms % 1000:03d}Z"
 
 
 def _check_existing(store: Store, sid: str, head: str | None, nodes: dict[str, Node]) -> None:

@@ -100,8 +100,19 @@ def iso_time(t: float) -> str:
     global _last_second
     second, seconds = int(t // 1), _last_second  # one read: another thread may replace it
     if seconds[0] != second:  # formatted once a second, not once an append
-        seconds = _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)))
+        seconds = _last_second = (second, second_text(second))
     return f"{seconds[1]}.{int(t * 1000) % 1000:03d}Z"
+
+
+def second_text(second: int) -> str:
+    """``iso_time`` of a whole second, without the milliseconds. Years before 1000
+    too have four digits (``strftime``'s ``%Y`` writes year 1 as ``1``, a time that
+    no longer sorts, nor reads back)."""
+    t = time.gmtime(second)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    )
 
 
 _last_second: tuple[int | None, str] = (None, "")

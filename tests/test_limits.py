@@ -234,6 +234,22 @@ def test_imported_times_are_normalised_to_the_store_format(exported):
     assert (info.created, info.updated) == ("2020-01-02T03:04:05.000Z", "2020-01-02T03:04:05.123Z")
 
 
+def test_a_time_before_the_year_1000_keeps_four_digits_and_comes_back(exported, tmp_path):
+    """Year 1 was written as ``1-01-01T...``: an export ags's own import refused."""
+    target, doc = exported
+    doc["session"].update(created="0001-01-01T00:00:00Z", updated="0999-12-31T23:59:59.5Z")
+    with Store.open(target) as s:
+        sid = import_document(s, doc).session
+        info = s.session(sid)
+        assert (info.created, info.updated) == (
+            "0001-01-01T00:00:00.000Z",
+            "0999-12-31T23:59:59.500Z",
+        )
+        again = export_session(s, sid)
+    with Store.open(tmp_path / "other") as s:
+        assert s.session(import_document(s, again).session).created == info.created
+
+
 def test_export_refuses_a_document_import_would_refuse(exported, monkeypatch):
     _, doc = exported
     monkeypatch.setattr(exchange_module, "MAX_DOCUMENT_BYTES", 500)
