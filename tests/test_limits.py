@@ -234,6 +234,15 @@ def test_imported_times_are_normalised_to_the_store_format(exported):
     assert (info.created, info.updated) == ("2020-01-02T03:04:05.000Z", "2020-01-02T03:04:05.123Z")
 
 
+@pytest.mark.parametrize("root", ["relative/path", "/x\0y", ""])
+def test_a_project_root_that_is_no_absolute_path_is_refused(exported, root):
+    """Both were imported as they were, and listed by ls (the NUL as \\x00)."""
+    target, doc = exported
+    doc["session"]["root"] = root
+    with Store.open(target) as s, pytest.raises(BadExport, match=r"\$.session.root: "):
+        import_document(s, doc)
+
+
 def test_a_time_before_the_year_1000_keeps_four_digits_and_comes_back(exported, tmp_path):
     """Year 1 was written as ``1-01-01T...``: an export ags's own import refused."""
     target, doc = exported
