@@ -115,10 +115,15 @@ def running_agent(
     ctx: click.Context, opts: AgentOptions, events: AgentEvents
 ) -> Iterator[Workplace]:
     """A fresh sandbox, the session chosen with its writer lock held, unanswered
-    tool calls recovered; everything let go on the way out. The client and the
-    sandbox come first: with a bad model setting or no Docker engine, nothing
-    is written; a new session or a fork is written with the first answer."""
+    tool calls recovered; everything let go on the way out. A session to resume
+    is chosen first (a spec that names none is said before the sandbox starts);
+    then the client and the sandbox: with a bad model setting or no Docker
+    engine, nothing is written, not even a new store; a new session or a fork is
+    written with the first answer."""
     project = Path(project_root(opts.project))
+    choice = None
+    if opts.resume or opts.continue_latest:  # a store to resume from exists already
+        choice = _chosen(open_store(ctx, create=False), opts)
     client = make_client(
         opts.provider,
         opts.base_url,
@@ -128,12 +133,8 @@ def running_agent(
     )
     with closing(client), Sandbox.start(project, opts.image, opts.network) as sandbox:
         store = open_store(ctx)  # only now: a bad setting must not even make a store
-        choice = choose_session(
-            store,
-            resume=opts.resume,
-            continue_latest=opts.continue_latest,
-            project=opts.project,
-        )
+        if choice is None:
+            choice = _chosen(store, opts)
         toolbox = Toolbox(choice.project, sandbox, {})
         if isinstance(events, ProjectEvents):
             events.project = toolbox.root
@@ -142,6 +143,12 @@ def running_agent(
             yield place
         finally:
             place.close()
+
+
+def _chosen(store: Store, opts: AgentOptions) -> Choice:
+    return choose_session(
+        store, resume=opts.resume, continue_latest=opts.continue_latest, project=opts.project
+    )
 
 
 def _model_context(client: ModelClient) -> int | None:

@@ -181,6 +181,20 @@ def test_unknown_spec_is_refused_and_changes_nothing(world, args):
     assert_refused(world, [x.format(x="0000dead") for x in args], "0000dead")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resume", "0000dead"], "no session, node or tag matches '0000dead'"),
+        (["--resume", "{a}", "--continue"], "--resume and --continue exclude each other"),
+    ],
+    ids=["unknown", "both"],
+)
+def test_run_names_a_bad_resume_before_the_sandbox(world, monkeypatch, args, message):
+    """Before, a missing sandbox image (or Docker engine) was all these said."""
+    monkeypatch.setenv("AGS_IMAGE", "ags-test-no-such-image:0")
+    assert_refused(world, ["run", "hi", *(a.format(a=world.a) for a in args)], message)
+
+
 HUGE = "9" * 23  # past any 64-bit integer
 
 
