@@ -137,12 +137,15 @@ def check_session_id(session_id: str) -> str:
 
 def check_tag_name(name: str) -> str:
     """Tag names: ``/``-separated parts of letters, digits and ``._+-``, not starting with ``.``."""
-    if type(name) is not str or not 0 < len(name) <= 200:
+    if type(name) is not str or not name:
         raise InvalidName(f"bad tag name: {name!r}")
+    if len(name) > 200:
+        raise InvalidName(f"bad tag name {name[:40]!r}...: {len(name):,} characters, over 200")
     parts = name.split("/")
     if not all(TAG_PART_RE.fullmatch(p) for p in parts) or name.endswith(".lock"):
         raise InvalidName(
-            f"bad tag name {name!r}: use letters, digits and ._+- in /-separated parts"
+            f"bad tag name {name!r}: use /-separated parts of letters, digits and ._+-, "
+            "none empty or starting with '.', and no .lock at the end"
         )
     return name
 

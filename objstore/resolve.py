@@ -8,12 +8,14 @@ finds the repository a directory is in.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Final
 
 from . import objects
 from .errors import AgsError, AmbiguousSpec, ObjectMissing, SpecError, UnknownSpec
@@ -31,10 +33,11 @@ from .refs import (
     session_ref,
     tag_ref,
 )
-from .specs import HEX_PREFIX, Spec, parse_spec
+from .specs import HEX_PREFIX, MIN_PREFIX, Spec, parse_spec
 from .walk import walk
 
 RootPath = str | os.PathLike[str] | None
+SHORT_HEX: Final = re.compile(rf"[0-9a-f]{{1,{MIN_PREFIX - 1}}}")  # too short to be a prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,11 @@ class Resolver:
             return None, self._tag_target(check_tag_name(base))
         except (AgsError, ValueError):
             pass
+        if SHORT_HEX.fullmatch(base):
+            raise UnknownSpec(
+                f"no session, node or tag matches {parsed.text!r} (an id prefix needs at "
+                f"least {MIN_PREFIX} digits)"
+            )
         raise UnknownSpec(f"no session, node or tag matches {parsed.text!r}")
 
     def _head(self, root: RootPath) -> tuple[str | None, str | None]:

@@ -38,8 +38,10 @@ class Spec:
 
 
 def parse_spec(text: str) -> Spec:
-    if type(text) is not str or not text or "\0" in text or len(text) > 500:
+    if type(text) is not str or not text or "\0" in text:
         raise SpecError(f"bad spec: {text!r}")
+    if len(text) > 500:
+        raise SpecError(f"bad spec {text[:40]!r}...: {len(text):,} characters, over 500")
     cut = min((i for i in (text.find("@{"), text.find("~")) if i >= 0), default=len(text))
     base, rest = text[:cut], text[cut:]
     if not base:

@@ -195,6 +195,19 @@ def test_run_names_a_bad_resume_before_the_sandbox(world, monkeypatch, args, mes
     assert_refused(world, ["run", "hi", *(a.format(a=world.a) for a in args)], message)
 
 
+def test_a_very_long_spec_or_tag_name_is_not_echoed_whole(world):
+    """A 100,000-character spec was echoed whole: 100 KB of error on stderr."""
+    err = assert_refused(world, ["log", "x" * 100_000], "100,000 characters, over 500")
+    assert len(err) < 200
+    err = assert_refused(world, ["tag", "t" * 300, world.a], "300 characters, over 200")
+    assert len(err) < 200
+    assert_refused(world, ["tag", "a.lock", world.a], "no .lock at the end")
+
+
+def test_a_prefix_too_short_says_how_long_one_must_be(world):
+    assert_refused(world, ["log", world.a[:3]], "an id prefix needs at least 4 digits")
+
+
 HUGE = "9" * 23  # past any 64-bit integer
 
 
@@ -618,7 +631,7 @@ def test_a_spec_that_names_a_directory_of_tags_is_no_tag(world):
     """Found by tests/test_fuzz.py: refs/tags/a is a directory once tag a/b exists."""
     assert ags(world, "tag", "a/b", world.a)[0] == 0
     for spec, error in [
-        ("a", "no session, node or tag matches 'a'"),
+        ("a", "no session, node or tag matches 'a' (an id prefix needs at least 4 digits)"),
         ("a/b/c", "no session, node or tag matches 'a/b/c'"),  # a/b is a file
         ("tags/a", "no tag a"),
         ("checkpoint/x", "no session, node or tag matches 'checkpoint/x'"),
