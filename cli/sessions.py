@@ -316,8 +316,9 @@ def unarchive(ctx: click.Context, session: str) -> None:
       ags unarchive 3f2a
     """
     store = open_store(ctx)
+    was = store.session(session)
     store.unarchive(session)
-    click.echo(f"unarchived {store.session_id(session)}")
+    click.echo(f"unarchived {was.id}" if was.archived else f"{was.id} was not archived")
 
 
 @cli.command()

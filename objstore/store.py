@@ -958,6 +958,10 @@ class Store:
         def change(current: RefRecord | None) -> Body:
             if current is None:
                 raise UnknownSpec(f"no session {sid}")
+            meta = current.body.get("meta", {})
+            if all(key in meta and meta[key] == value for key, value in changes.items()):
+                session_info(current)  # a damaged ref is named, as when it is changed
+                return current.body  # nothing changes: nothing written, nothing logged
             return _with_meta(current, **changes)
 
         self.refs.transact(session_ref(sid), reason, change)

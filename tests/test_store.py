@@ -356,6 +356,19 @@ def test_sessions_listing_and_metadata(store):
     ]  # fmt: skip
 
 
+def test_a_change_of_metadata_to_what_it_is_writes_and_logs_nothing(store):
+    """Unarchiving a session that was not archived added an "unarchive" reflog line."""
+    sid = store.new_session(title="same")
+    store.append(sid, {"role": "user", "content": "1"})
+    ref = store.path / "refs" / "sessions" / sid
+    before = (ref.read_bytes(), store.reflog(sid))
+    store.unarchive(sid)
+    store.set_title(sid, "same")
+    assert (ref.read_bytes(), store.reflog(sid)) == before
+    store.set_title(sid, "other")
+    assert [e.reason for e in store.reflog(sid)][0] == "title"
+
+
 def test_tags_do_not_move_unless_forced(store):
     sid = store.new_session()
     n1 = store.append(sid, {"role": "user", "content": "1"})
