@@ -201,6 +201,8 @@ def tag(ctx: click.Context, name: str, spec: str | None, force: bool, delete: bo
     """
     store = open_store(ctx)
     if delete:
+        if spec is not None or force:
+            raise click.UsageError("tag -d takes only the NAME of the tag to delete")
         store.delete_tag(name)
         click.echo(f"deleted tag {name}")
         return

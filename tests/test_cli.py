@@ -204,6 +204,10 @@ def test_a_very_long_spec_or_tag_name_is_not_echoed_whole(world):
     assert_refused(world, ["tag", "a.lock", world.a], "no .lock at the end")
 
 
+def test_tag_delete_with_a_spec_is_refused_not_ignored(world):
+    assert_refused(world, ["tag", "-d", "nothing", world.a], "takes only the NAME")
+
+
 def test_a_prefix_too_short_says_how_long_one_must_be(world):
     assert_refused(world, ["log", world.a[:3]], "an id prefix needs at least 4 digits")
 
