@@ -46,6 +46,10 @@ def serve_cmd(
       ags serve --read-only --port 9000
       ags serve --host 0.0.0.0        # prints an address with ?token=...
     """
+    if not host.strip():  # an empty address binds every interface: say it, as 0.0.0.0
+        raise click.BadParameter(
+            "give an address (0.0.0.0 for every interface)", param_hint="--host"
+        )
     # Imported here: the web stack takes ~0.5 s to import, which no other command should pay.
     from web.app import bind, serve
     from web.guard import Guard, is_loopback, needs_token

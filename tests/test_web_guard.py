@@ -222,6 +222,15 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_an_empty_host_is_refused_not_every_interface(tmp_path: Path) -> None:
+    """``--host ""`` listened on every interface and said "listening on , not only this
+    machine" under an address of 127.0.0.1."""
+    Store.open(tmp_path / "s").close()
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "serve", "--host", ""])
+    assert result.exit_code == 2
+    assert "give an address (0.0.0.0 for every interface)" in result.output
+
+
 def next_event(lines: Iterator[str]) -> tuple[str, str]:
     """The next named event of a server-sent event stream: (event, data)."""
     kind, data = "", ""
