@@ -135,6 +135,8 @@ def log(
       ags log 3f2a --context        # what the model would see now
       ags log --graph --all         # every session and its forks
     """
+    if graph and context_only:
+        raise click.UsageError("--context and --graph exclude each other")
     store = open_store(ctx)
     if graph:
         _log_graph(store, None if show_all else spec, as_json)

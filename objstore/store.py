@@ -410,7 +410,9 @@ class Store:
         except FileNotFoundError:
             data = None
         except NotADirectoryError:
-            raise StoreFormatError(f"{root} is a file, not an ags store") from None
+            if root.is_file():
+                raise StoreFormatError(f"{root} is a file, not an ags store") from None
+            raise StoreFormatError(f"{root}: a part of its path is a file") from None
         if data is None:
             if not create:
                 if root.is_dir() and any(root.iterdir()):

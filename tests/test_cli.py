@@ -208,6 +208,17 @@ def test_tag_delete_with_a_spec_is_refused_not_ignored(world):
     assert_refused(world, ["tag", "-d", "nothing", world.a], "takes only the NAME")
 
 
+def test_log_context_with_graph_is_refused(world):
+    assert_refused(world, ["log", "--context", "--graph", world.a], "exclude each other")
+
+
+def test_a_store_under_a_file_is_named_so(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "afile" / "sub"), "init"])
+    assert result.exit_code == 1
+    assert result.stderr == f"ags: {tmp_path / 'afile' / 'sub'}: a part of its path is a file\n"
+
+
 def test_a_prefix_too_short_says_how_long_one_must_be(world):
     assert_refused(world, ["log", world.a[:3]], "an id prefix needs at least 4 digits")
 

@@ -161,11 +161,13 @@ def test_what_is_refused_before_anything_is_sent(
         (["o", "s3://bucket", "--endpoint", "http://[::1"], "bad endpoint"),
         (["o", "s3://bucket", "--endpoint", "http://host:99999"], "the port is not 0-65535"),
         (["o", "file://[::1"], "names a path on this machine"),
+        (["o", str(tmp_path / "a-file")], "a-file: not a directory"),
         (["o", "s3://bucket/../up"], "bad prefix"),
         (["o", "https://example.com/x"], "unsupported remote URL"),
         (["o", str(tmp_path), "--region", "eu-west-1"], "are for s3:// remotes"),
         (["o", ""], "needs a URL"),
     ]  # fmt: skip
+    (tmp_path / "a-file").write_text("mine\n")
     for args, message in cases:
         err = refused(store, "remote", "add", *args, message=message)
         assert "key:secret" not in err

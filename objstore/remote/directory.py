@@ -132,6 +132,8 @@ class DirectoryStorage(RemoteStorage):
 
     def _require_root(self) -> None:
         if not self.root.is_dir():
+            if self.root.exists():
+                raise BucketMissing(f"{self.url}: not a directory")
             raise BucketMissing(f"{self.url}: no such directory (create it first)")
 
     def _check_reachable(self) -> None:
