@@ -118,17 +118,22 @@ def _delete_refs(store: Store, name: str, specs: tuple[str, ...]) -> list[str]:
 
 
 def _named_remote(
-    store: Store, args: tuple[str, ...], everything: bool
+    store: Store, args: tuple[str, ...], everything: bool, *, pushing: bool = False
 ) -> tuple[str, tuple[str, ...]]:
     """The remote a push or pull names (first argument) or defaults to, and the rest.
     A first argument that names no remote while others follow it, or with --all, was
-    meant as one: said so, with the remotes there are."""
+    meant as one: said so, with the remotes there are. A push's one argument alone that
+    names neither a remote nor a session or tag here is said to be neither (a pull's
+    may name a session only the remote has)."""
     known = remotes(store)
     if args and args[0] in known:
         return args[0], args[1:]
-    if args and (everything or len(args) > 1) and not _names_a_ref(store, args[0], known):
+    if args and not _names_a_ref(store, args[0], known):
         names = ", ".join(sorted(known)) or "none (ags remote add NAME URL)"
-        raise BadRemote(f"no remote named {args[0]!r}; remotes: {names}")
+        if everything or len(args) > 1:
+            raise BadRemote(f"no remote named {args[0]!r}; remotes: {names}")
+        if pushing:
+            raise BadRemote(f"no remote, session or tag named {args[0]!r}; remotes: {names}")
     return _pick_remote(store, None), args
 
 
@@ -184,7 +189,7 @@ def push_cmd(
       ags push --delete origin 3f2a
     """
     store = open_store(ctx)
-    name, specs = _named_remote(store, args, everything)
+    name, specs = _named_remote(store, args, everything, pushing=True)
     if everything and specs:
         raise BadRemote("--all pushes everything: name no sessions with it")
     if deleting and everything:

@@ -224,6 +224,8 @@ def test_a_push_or_pull_naming_no_remote_says_so_and_lists_the_remotes(
     refused(store, "push", "--delete", "nosuch", sid, message=message)
     # a session named first is no remote name: the default remote is asked for
     refused(store, "push", sid, sid, message="name the remote: disk, usb")
+    refused(store, "push", "nosuch", message="no remote, session or tag named 'nosuch'")
+    refused(store, "push", sid, message="name the remote: disk, usb")
 
 
 def test_summaries_count_in_the_singular_for_one(store: Path, tmp_path: Path) -> None:
