@@ -62,6 +62,8 @@ def run(
       ags run --continue "now run the tests" --json
       ags run --resume 3f2a~2 "try another way"    # forks there
     """
+    if not prompt.strip():
+        raise click.BadParameter("say what to do", param_hint="PROMPT")
     from .plain_chat import PlainEvents
     from .workplace import running_agent
 

@@ -223,6 +223,21 @@ def test_a_prefix_too_short_says_how_long_one_must_be(world):
     assert_refused(world, ["log", world.a[:3]], "an id prefix needs at least 4 digits")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", ""], "say what to do"),
+        (["run", "   "], "say what to do"),
+        (["run", "hi", "--model", ""], "--model: give a name"),
+        (["chat", "--image", ""], "--image: give a name"),
+    ],
+    ids=["prompt", "blank", "model", "image"],
+)
+def test_an_empty_prompt_model_or_image_is_refused(world, args, message):
+    """Each was sent on: an empty prompt to the model, an empty name to the engines."""
+    assert_refused(world, args, message)
+
+
 HUGE = "9" * 23  # past any 64-bit integer
 
 
