@@ -60,6 +60,18 @@ def packs(path: Path) -> list[Path]:
     return sorted((path / "objects" / "pack").glob("*.pack"))
 
 
+def loose_but(path: Path, missing: str) -> None:
+    """Every object of the store again, as loose files, but ``missing``; no packs."""
+    with Store.open(path) as s:
+        kept = {oid: s.objects.get(oid) for oid in s.objects.ids() if oid != missing}
+    for pack in packs(path):
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+    with Store.open(path) as s:
+        for oid, (kind, body) in kept.items():
+            assert s.objects.put(kind, body, pack=False) == oid
+
+
 def fsck_problems(path: Path) -> list[str]:
     with Store.open(path) as s:
         return [str(p) for p in check_store(s).problems]
@@ -316,15 +328,7 @@ def test_gc_refuses_to_sweep_past_a_node_it_cannot_read(tmp_path: Path, damage: 
         sid = s.new_session(title="damaged")
         ids = [s.append(sid, {"role": "user", "content": f"message {i}"}) for i in range(6)]
     broken = ids[3]
-    # Every object again, as a loose file written hours ago (older than any grace).
-    with Store.open(path) as s:
-        kept = {oid: s.objects.get(oid) for oid in s.objects.ids() if oid != broken}
-    for pack in packs(path):
-        pack.unlink()
-        pack.with_suffix(".idx").unlink()
-    with Store.open(path) as s:
-        for oid, (kind, body) in kept.items():
-            assert s.objects.put(kind, body, pack=False) == oid
+    loose_but(path, broken)  # then aged, older than any grace
     if damage == "corrupt":
         loose = path / "objects" / broken[:2] / broken[2:]
         loose.parent.mkdir(exist_ok=True)
@@ -435,15 +439,7 @@ def test_du_reports_the_store_and_names_a_session_it_cannot_read(tmp_path: Path)
         damaged = s.new_session(title="damaged")
         node_id = s.append(damaged, {"role": "user", "content": "will be lost"})
         s.append(damaged, {"role": "user", "content": "after"})
-    # every object again, as loose files, but the first node of "damaged"
-    with Store.open(path) as s:
-        kept = {oid: s.objects.get(oid) for oid in s.objects.ids() if oid != node_id}
-    for pack in packs(path):
-        pack.unlink()
-        pack.with_suffix(".idx").unlink()
-    with Store.open(path) as s:
-        for oid, (kind, body) in kept.items():
-            assert s.objects.put(kind, body, pack=False) == oid
+    loose_but(path, node_id)  # the first node of "damaged"
     code, out, err = ags(path, "du")
     assert code == 0 and "sessions: 4" in out
     assert f"ags: warning: session {damaged}: object {node_id} is missing" in err
