@@ -60,7 +60,7 @@ def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         names = AgentOptions.__slots__
-        for name in ("model", "image"):  # given empty (a variable set to ""): no default taken
+        for name in ("model", "image"):  # given as "": refused, not sent on to the engines
             if kwargs.get(name) == "":
                 raise click.BadParameter("give a name", param_hint=f"--{name}")
         opts = AgentOptions(**{n: kwargs.pop(n) for n in names})

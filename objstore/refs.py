@@ -772,18 +772,14 @@ class RefStore:
                 files.append_line(
                     self.log_path(name), b"".join(e.line() for e in entries), durable=durable
                 )
+            if tmp is not None:
+                files.replace(tmp, path, durable=durable)
         except BaseException:
             if tmp is not None:
-                os.unlink(tmp)
-            raise
-        if tmp is not None:
-            try:
-                files.replace(tmp, path, durable=durable)
-            except BaseException:
                 with suppress(FileNotFoundError):  # (gone if the rename was done)
                     os.unlink(tmp)
-                raise
-        else:
+            raise
+        if tmp is None:
             with suppress(FileNotFoundError):
                 os.unlink(path)
             if durable:

@@ -1481,7 +1481,7 @@ _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "importe
 
 def _check_tag_place(refs: RefStore, name: str) -> None:
     """Refuse a new tag whose file would be a folder of another tag's (``a`` beside
-    ``a/b``), or sit in one: a ref is a file named by its name (FORMAT.md 8)."""
+    ``a/b``), or sit in one: a ref is a file named by its name (FORMAT.md 6)."""
     parts = name.split("/")
     for i in range(1, len(parts)):
         above = "/".join(parts[:i])
