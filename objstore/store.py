@@ -80,7 +80,7 @@ from .refs import (
     tracking_ref,
 )
 from .resolve import Resolver, RootPath, Target, project_root
-from .specs import parse_spec
+from .specs import HEX_PREFIX, parse_spec
 from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
 
@@ -1110,6 +1110,7 @@ class Store:
             if current is not None and current.target == node_id:
                 return current.body
             if current is None:
+                _check_tag_found(name)
                 _check_tag_place(self.refs, name)
             return {"target": node_id}
 
@@ -1477,6 +1478,21 @@ for _name, _member in list(vars(Store).items()):
 
 
 _SETTABLE_META: Final = frozenset({"title", "created", "root", "model", "imported"})
+
+
+def _check_tag_found(name: str) -> None:
+    """Refuse a new tag that a spec of its name would not find (resolve.py reads the
+    name as something else first): ``HEAD``, a name under ``sessions/``, ``tags/``,
+    ``remotes/`` or ``HEAD/``, or hex digits only (an id prefix, now or once an id
+    starting so is written)."""
+    first = name.split("/", 1)[0]
+    if name == "HEAD" or ("/" in name and first in ("HEAD", "sessions", "tags", "remotes")):
+        why = f"{first} names something else"
+    elif HEX_PREFIX.fullmatch(name):
+        why = "hex digits alone are read as an id prefix"
+    else:
+        return
+    raise InvalidName(f"tag {name} would not be found by its name ({why}): give another")
 
 
 def _check_tag_place(refs: RefStore, name: str) -> None:

@@ -426,6 +426,17 @@ def test_a_corrupt_loose_object_is_reported(store):
     assert oid in str(err.value)
 
 
+@pytest.mark.parametrize("name", ["HEAD", "cafe", "0123abcd", "sessions/x", "tags/x", "HEAD/x"])
+def test_a_tag_its_name_would_not_find_is_refused(store, name):
+    """Each was made, and its name then found the session of HEAD, an id prefix, or
+    nothing: only tags/NAME reached it."""
+    sid = store.new_session()
+    node = store.append(sid, {"role": "user", "content": "1"})
+    with pytest.raises(InvalidName, match=f"tag {name} would not be found by its name"):
+        store.tag(name, node)
+    assert store.tags() == {}
+
+
 def test_a_tag_and_a_folder_of_tags_of_one_name_are_refused_and_leave_nothing(store):
     """A tag is a file named by its name, so ``a`` and ``a/b`` cannot both be. Before,
     the second raised "Not a directory" naming a file in tmp/, which stayed there,
