@@ -126,6 +126,10 @@ class UnknownSpec(SpecError):
     """Nothing matches the spec."""
 
 
+class NothingCheckedOut(UnknownSpec):
+    """No HEAD for the directory or any above it (``HEAD`` names nothing)."""
+
+
 class AmbiguousSpec(SpecError):
     """A prefix matches several sessions or nodes; ``candidates`` lists them."""
 

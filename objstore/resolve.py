@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Final
 
 from . import objects
-from .errors import AgsError, AmbiguousSpec, ObjectMissing, SpecError, UnknownSpec
+from .errors import (
+    AgsError,
+    AmbiguousSpec,
+    NothingCheckedOut,
+    ObjectMissing,
+    SpecError,
+    UnknownSpec,
+)
 from .nodes import Node
 from .object_store import ObjectStore
 from .refs import (
@@ -110,7 +117,7 @@ class Resolver:
         for d in (start, *start.parents):
             if self._refs.read(head_ref_name(str(d))) is not None:
                 return str(d)
-        raise UnknownSpec(f"nothing is checked out for {start}")
+        raise NothingCheckedOut(f"nothing is checked out for {start}")
 
     def _reflog_value(self, name: str, parsed: Spec) -> str | None:
         """The target ``parsed.reflog`` moves ago; for HEAD, a session stands for its head."""

@@ -47,6 +47,7 @@ from .errors import (
     InvalidInput,
     InvalidName,
     LimitExceeded,
+    NothingCheckedOut,
     RefConflict,
     SessionArchived,
     StoreFormatError,
@@ -1177,10 +1178,11 @@ class Store:
         return target
 
     def head(self, root: RootPath = None) -> Target | None:
-        """What HEAD names for ``root`` (default: the current directory), or None."""
+        """What HEAD names for ``root`` (default: the current directory), or None if
+        nothing is checked out; UnknownSpec if it names a session since deleted."""
         try:
             return self.target("HEAD", root=root)
-        except UnknownSpec:
+        except NothingCheckedOut:
             return None
 
     # -- resolving specs -------------------------------------------------------

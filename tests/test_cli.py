@@ -346,6 +346,22 @@ def test_checkout_and_status_per_project(world, tmp_path):
     assert "nothing checked out" in elsewhere
 
 
+def test_status_of_a_checked_out_session_since_deleted_says_so(tmp_path):
+    """status said "nothing checked out here" where log said HEAD names a deleted session."""
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session(title="gone")
+        s.append(sid, {"role": "user", "content": "hi"})
+    world = World(tmp_path / "s", sid, sid, sid, "")
+    project = tmp_path / "project"
+    project.mkdir()
+    assert ags_process(world, "checkout", sid, cwd=project).returncode == 0
+    assert ags_process(world, "delete", sid, "--yes", cwd=project).returncode == 0
+    for command in ("status", "log"):
+        proc = ags_process(world, command, cwd=project)
+        assert proc.returncode == 1
+        assert proc.stderr.decode() == f"ags: HEAD names session {sid}, which no longer exists\n"
+
+
 def test_rewind_and_undo_with_the_reflog(world):
     with Store.open(world.path) as s:
         head = s.session(world.a).head
