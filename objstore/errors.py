@@ -22,6 +22,7 @@ the same root in agent/errors.py::
     │   └── CorruptObject
     ├── SpecError                  a spec that does not name exactly one thing
     │   ├── UnknownSpec
+    │   │   └── NothingCheckedOut  HEAD names nothing for the directory
     │   └── AmbiguousSpec
     ├── RefConflict                a compare-and-swap lost
     ├── SessionBusy                another process writes the session
