@@ -119,7 +119,7 @@ class AgsGroup(click.Group):
     "--store",
     "store_path",
     envvar="AGS_STORE",
-    type=click.Path(file_okay=False),
+    type=click.Path(),  # a file there: Store.open says so, in words fit for AGS_STORE too
     help="The store directory (default: $AGS_STORE, else ~/.ags).",
 )
 @click.pass_context

@@ -217,6 +217,10 @@ def test_a_store_under_a_file_is_named_so(tmp_path):
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "afile" / "sub"), "init"])
     assert result.exit_code == 1
     assert result.stderr == f"ags: {tmp_path / 'afile' / 'sub'}: a part of its path is a file\n"
+    # A file named by AGS_STORE: said so, not blamed on --store (click's check did)
+    result = CliRunner().invoke(cli, ["ls"], env={"AGS_STORE": str(tmp_path / "afile")})
+    assert result.exit_code == 1
+    assert result.stderr == f"ags: {tmp_path / 'afile'} is a file, not an ags store\n"
 
 
 def test_a_prefix_too_short_says_how_long_one_must_be(world):
