@@ -181,6 +181,9 @@ def test_the_token_is_needed_for_every_request(tmp_path: Path) -> None:
         for path in ("/", "/static/app.js", "/search?q=fix", f"/?token={wrong}"):
             r = c.get(path)
             assert r.status_code == 403 and "token" in r.text
+        # A path that reads as another site ("//host") is brought back to this one.
+        r = c.get(f"/%2F%2Fevil.example?token={token}")
+        assert r.status_code == 303 and r.headers["location"] == "/evil.example"
         r = c.get(f"/?token={token}")
         assert r.status_code == 303 and r.headers["location"] == "/"
         cookie = r.headers["set-cookie"]

@@ -159,7 +159,8 @@ class GuardMiddleware:
         if guard.token is not None and "token" in query and guard.token_ok(query["token"]):
             # The first visit: keep the token in a cookie and take it out of the URL.
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            target = scope["path"] + (f"?{rest}" if rest else "")
+            # A path of "//host" would send the browser to another site: one slash.
+            target = "/" + scope["path"].lstrip("/") + (f"?{rest}" if rest else "")
             redirect = RedirectResponse(target, status_code=303)
             await _with_headers(redirect, [_set_cookie(guard.token_cookie, guard.token)])(
                 scope, receive, send
