@@ -128,12 +128,13 @@ def _named_remote(
     known = remotes(store)
     if args and args[0] in known:
         return args[0], args[1:]
-    if args and not _names_a_ref(store, args[0], known):
+    meant_as_remote = everything or len(args) > 1
+    # (a pull's one argument is not looked up: it may name a session only the remote has)
+    if args and (meant_as_remote or pushing) and not _names_a_ref(store, args[0], known):
         names = ", ".join(sorted(known)) or "none (ags remote add NAME URL)"
-        if everything or len(args) > 1:
+        if meant_as_remote:
             raise BadRemote(f"no remote named {args[0]!r}; remotes: {names}")
-        if pushing:
-            raise BadRemote(f"no remote, session or tag named {args[0]!r}; remotes: {names}")
+        raise BadRemote(f"no remote, session or tag named {args[0]!r}; remotes: {names}")
     return _pick_remote(store, None), args
 
 

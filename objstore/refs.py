@@ -467,6 +467,28 @@ class RefStore:
                 if name.startswith(kind + "/") and name not in seen and st.record:
                     yield name
 
+    def check_tag_place(self, name: str) -> None:
+        """Refuse a new tag whose file would be a folder of another tag's (``a`` beside
+        ``a/b``), or sit in one: a ref is a file named by its name (FORMAT.md 6)."""
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if os.path.isfile(self.path(tag_ref(above))):
+                raise RefConflict(f"tag {name} cannot be made: tag {above} exists")
+        path = self.path(tag_ref(name))
+        if os.path.isdir(path):
+            inside = f"tags/{name}/"
+            below = next((ref_short(r) for r in self.names("tags") if r.startswith(inside)), None)
+            if below is not None:
+                raise RefConflict(f"tag {name} cannot be made: tag {below} exists")
+            files.remove_empty_tree(path)  # folders left by a deleted a/b
+        logs = self.log_path(tag_ref(name))
+        if os.path.isdir(logs) and not files.remove_empty_tree(logs):
+            raise RefConflict(
+                f"tag {name} cannot be made: the reflogs of deleted tags inside {name}/ are "
+                "kept until gc expires them"
+            )
+
     def staged(self, kind: str) -> dict[str, RefRecord | None]:
         """The refs of a kind that the batch in progress has changed (None: deleted), by
         name; empty outside a batch."""

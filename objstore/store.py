@@ -56,7 +56,7 @@ from .errors import (
     UnknownSpec,
 )
 from .file_paths import check_file_path
-from .files import DIR_MODE, atomic_write, make_dirs, read_file, remove_empty_tree
+from .files import DIR_MODE, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
@@ -1112,7 +1112,7 @@ class Store:
                 return current.body
             if current is None:
                 _check_tag_found(name)
-                _check_tag_place(self.refs, name)
+                self.refs.check_tag_place(name)
             return {"target": node_id}
 
         self.refs.transact(tag_ref(name), f"tag {spec}", change)
@@ -1495,29 +1495,6 @@ def _check_tag_found(name: str) -> None:
     else:
         return
     raise InvalidName(f"tag {name} would not be found by its name ({why}): give another")
-
-
-def _check_tag_place(refs: RefStore, name: str) -> None:
-    """Refuse a new tag whose file would be a folder of another tag's (``a`` beside
-    ``a/b``), or sit in one: a ref is a file named by its name (FORMAT.md 6)."""
-    parts = name.split("/")
-    for i in range(1, len(parts)):
-        above = "/".join(parts[:i])
-        if os.path.isfile(refs.path(tag_ref(above))):
-            raise RefConflict(f"tag {name} cannot be made: tag {above} exists")
-    path = refs.path(tag_ref(name))
-    if os.path.isdir(path):
-        inside = f"tags/{name}/"
-        below = next((ref_short(r) for r in refs.names("tags") if r.startswith(inside)), None)
-        if below is not None:
-            raise RefConflict(f"tag {name} cannot be made: tag {below} exists")
-        remove_empty_tree(path)  # folders left by a deleted a/b
-    logs = refs.log_path(tag_ref(name))
-    if os.path.isdir(logs) and not remove_empty_tree(logs):
-        raise RefConflict(
-            f"tag {name} cannot be made: the reflogs of deleted tags inside {name}/ are kept "
-            "until gc expires them"
-        )
 
 
 def _is_session_id(name: str) -> bool:
