@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import click
 from objstore import InvalidName, RefConflict, SpecError, Store
 from objstore.remote import (
     BadRemote,
+    DamagedRemoteKey,
     FetchResult,
     PushResult,
     SessionPull,
@@ -241,16 +243,23 @@ def _print_push(name: str, result: PushResult, stats: dict[str, int], as_json: b
 def _fetch_json(result: FetchResult) -> dict[str, Any]:
     return {
         "refs": [
-            {"ref": r.ref, "old": r.old, "new": r.new, "outcome": r.outcome} for r in result.refs
+            {"ref": r.ref, "old": r.old, "new": r.new, "outcome": r.outcome, "why": r.why}
+            for r in result.refs
         ],
         "packs": result.packs,
         "objects": result.objects,
     }
 
 
+def _ref_line(outcome: str, ref: str, old: str | None, new: str | None, why: str | None) -> str:
+    if outcome == "damaged":
+        return visible(f"{outcome:<12} {ref}  left out ({why})")
+    return visible(f"{outcome:<12} {ref}  {short(old)} -> {short(new)}")
+
+
 def _print_fetch(name: str, result: FetchResult) -> None:
     for r in result.refs:
-        click.echo(visible(f"{r.outcome:<12} {r.ref}  {short(r.old)} -> {short(r.new)}"))
+        click.echo(_ref_line(r.outcome, r.ref, r.old, r.new, r.why))
     click.echo(
         f"fetched from {name}: {counted(result.objects, 'new object')} in "
         f"{counted(result.packs, 'pack')}"
@@ -280,11 +289,32 @@ def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
         emit_json({"remote": name, **_fetch_json(result), **stats})
     else:
         _print_fetch(name, result)
+    _fail_on_damage(name, result)
 
 
-def _print_pull(pulled: list[SessionPull]) -> None:
+def _fail_on_damage(name: str, result: FetchResult, pulled: Sequence[SessionPull] = ()) -> None:
+    """Exit 1 once the rest is done if refs of the remote were left out as damaged."""
+    damaged = {r.ref: r.why for r in result.refs if r.outcome == "damaged"}
+    damaged |= {f"sessions/{p.session}": p.why for p in pulled if p.outcome == "damaged"}
+    if damaged:
+        refs = sorted(damaged)
+        were = "was" if len(refs) == 1 else "were"
+        raise DamagedRemoteKey(
+            f"{counted(len(refs), 'ref')} of {name} {were} damaged and left out: "
+            f"{', '.join(refs[:5])} (first: {damaged[refs[0]]})"
+        )
+
+
+def _print_fetch_damage(fetched: FetchResult, *, tags_only: bool = False) -> None:
+    for r in fetched.refs:
+        if r.outcome == "damaged" and not (tags_only and r.ref.startswith("sessions/")):
+            click.echo(_ref_line(r.outcome, r.ref, r.old, r.new, r.why))
+
+
+def _print_pull(fetched: FetchResult, pulled: list[SessionPull]) -> None:
+    _print_fetch_damage(fetched, tags_only=True)  # a session's is its pull line
     for p in pulled:
-        line = f"{p.outcome:<12} {p.session}  {short(p.old)} -> {short(p.new)}"
+        line = _ref_line(p.outcome, p.session, p.old, p.new, p.why)
         if p.meta:
             line += f"  (took {', '.join(p.meta)})"
         if p.kept:
@@ -329,6 +359,7 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
                         "outcome": p.outcome,
                         "meta": list(p.meta),
                         "kept": list(p.kept),
+                        "why": p.why,
                     }
                     for p in pulled
                 ],
@@ -336,7 +367,8 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
             }
         )
     else:
-        _print_pull(pulled)
+        _print_pull(fetched, pulled)
+    _fail_on_damage(name, fetched, pulled)
     diverged = [p.session for p in pulled if p.outcome == "diverged"]
     clashed = [f"{p.session} ({', '.join(p.kept)})" for p in pulled if p.kept]
     if clashed and not diverged:
@@ -377,7 +409,8 @@ def clone_cmd(
 ) -> None:
     """Make a new store holding a remote's sessions, with the remote as origin.
     DIRECTORY defaults to the last part of the URL, in the current directory;
-    it must not exist or be empty. A clone that fails leaves nothing behind.
+    it must not exist or be empty. A clone that fails leaves nothing behind; one
+    that meets damaged refs leaves them out, keeps the rest and exits 1.
 
     \b
     Examples:
@@ -404,14 +437,15 @@ def clone_cmd(
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
             os.chmod(where, mode)
         raise
+    cloned = sum(p.outcome != "damaged" for p in pulled)
     if as_json:
-        emit_json(
-            {"store": str(where), "fetch": _fetch_json(fetched), "sessions": len(pulled), **stats}
-        )
+        emit_json({"store": str(where), "fetch": _fetch_json(fetched), "sessions": cloned, **stats})
     else:
+        _print_fetch_damage(fetched)
         click.echo(
             visible(
-                f"cloned {location.url} into {where}: {counted(len(pulled), 'session')}, "
+                f"cloned {location.url} into {where}: {counted(cloned, 'session')}, "
                 f"{counted(fetched.objects, 'object')}"
             )
         )
+    _fail_on_damage("origin", fetched)  # the clone keeps the rest

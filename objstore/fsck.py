@@ -18,13 +18,14 @@ from itertools import chain, compress
 from typing import Final
 
 from . import fsck_read
-from .errors import AgsError, ObjectError
+from .errors import AgsError, ObjectError, StoreFormatError
 from .fsck_read import key, plan, read_parts
 from .nodes import Node, parse_node
 from .packs import Checked, SealedPack
 from .permissions import access_report
 from .reach import node_links
 from .refs import RefRecord, names_node, ref_kind, session_of
+from .session_meta import meta_damage
 from .store import Store, session_info
 
 Progress = Callable[[int, int], None]
@@ -485,8 +486,11 @@ class _SpanWalk:
 def _read_ref(store: Store, name: str) -> RefRecord | None | AgsError:
     try:
         rec = store.read_ref(name)
-        if rec is not None and ref_kind(name) == "sessions":
+        if rec is not None and ref_kind(name) in ("sessions", "remotes"):
             session_info(rec)
+            damage = meta_damage(rec.body.get("meta"))
+            if damage is not None:
+                raise StoreFormatError(f"ref {name} is damaged: {damage}")
     except AgsError as e:
         return e
     return rec

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 import secrets
 import threading
 import warnings
@@ -81,6 +80,7 @@ from .refs import (
     tracking_ref,
 )
 from .resolve import Resolver, RootPath, Target, project_root
+from .session_meta import MAX_TEXT, is_time, is_title
 from .specs import HEX_PREFIX, parse_spec
 from .turns import Turns, one_at_a_time
 from .walk import context_blobs, last_message_nodes, open_span, walk
@@ -101,7 +101,6 @@ CONFIG_FILE: Final = "ags-store.json"
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
 # The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.
-TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 META_FIELDS: Final = (
     "title", "created", "updated", "archived_at", "root", "forked_from", "model", "messages",
 )  # fmt: skip
@@ -494,8 +493,7 @@ class Store:
     ) -> str:
         """Create an empty session; return its id."""
         _check_title(title)
-        if model is not None and (type(model) is not str or len(model) > 1000):
-            raise InvalidInput("a model name must be text of at most 1000 characters")
+        _check_model(model)
         root_path = project_root(root) if root is not None else None
         return self._create_session(None, title, root_path, model, None, 0)
 
@@ -981,13 +979,13 @@ class Store:
             raise InvalidInput(f"session metadata {sorted(unknown)} cannot be set")
         if "title" in changes:
             _check_title(changes["title"])
-        if "created" in changes and not _is_time(changes["created"]):
+        if "created" in changes and not is_time(changes["created"]):
             raise InvalidInput("created must be a time like 2026-01-31T12:00:00.000Z")
         if changes.get("root") is not None:
             changes["root"] = project_root(changes["root"])
-        for key in ("model", "imported"):
-            if key in changes:
-                _json_body(changes[key], key)
+        _check_model(changes.get("model"))
+        if "imported" in changes:
+            _json_body(changes["imported"], "imported")
         if changes.get("imported") is not None and type(changes["imported"]) is not dict:
             raise InvalidInput("imported must be a JSON object or null")
         self._update_meta(session, reason, **changes)
@@ -1016,9 +1014,8 @@ class Store:
             raise InvalidInput(f"session metadata {sorted(changes)} cannot be taken")
         if "title" in changes:
             _check_title(changes["title"])
-        if changes.get("model") is not None and type(changes["model"]) is not str:
-            raise InvalidInput("model must be a string or null")
-        if changes.get("archived_at") is not None and not _is_time(changes["archived_at"]):
+        _check_model(changes.get("model"))
+        if changes.get("archived_at") is not None and not is_time(changes["archived_at"]):
             raise InvalidInput("archived_at must be a time like 2026-01-31T12:00:00.000Z")
         with self.writing(session) as sid:
             self._update_meta(sid, reason, **changes)
@@ -1506,10 +1503,11 @@ def _row(info: SessionInfo) -> list[Any]:
     return [getattr(info, name) for name in SESSION_FIELDS]
 
 
-def _is_time(value: Any) -> bool:
-    return isinstance(value, str) and TIME_RE.fullmatch(value) is not None
-
-
 def _check_title(title: str | None) -> None:
-    if title is not None and (type(title) is not str or len(title) > 1000 or "\0" in title):
-        raise InvalidInput("a title must be text of at most 1000 characters")
+    if not is_title(title):
+        raise InvalidInput(f"a title must be text of at most {MAX_TEXT} characters")
+
+
+def _check_model(model: str | None) -> None:
+    if model is not None and (type(model) is not str or len(model) > MAX_TEXT):
+        raise InvalidInput(f"a model name must be text of at most {MAX_TEXT} characters")

@@ -26,7 +26,7 @@ from s3_server import (  # noqa: F401
     seaweedfs_fixture,
 )
 
-from objstore import InvalidInput, files
+from objstore import InvalidInput
 from objstore.remote import (
     AccessDenied,
     BadRemote,
@@ -510,19 +510,20 @@ def test_a_directory_write_outlasts_prunes_that_cross_it(
     leaves no temporary file behind."""
     root = tmp_path / "remote"
     root.mkdir()
-    real_make_dirs = files.make_dirs
+    real_open = directory._Folders._open
     crossings = [0]
 
-    def made_then_pruned(path: Path, *, durable: bool = True) -> list[str]:
-        made = real_make_dirs(path, durable=durable)
-        if crossings[0] and Path(path) != root:  # (make_dirs calls itself for the parents)
+    def made_then_pruned(folders: directory._Folders, part: str, make: bool) -> int | None:
+        fd = real_open(folders, part, make)
+        if crossings[0] and fd is not None and make:
             crossings[0] -= 1
-            os.rmdir(path)  # the neighbour's prune
+            os.rmdir(part, dir_fd=folders.fds[-1])  # the neighbour's prune
             if crossings[0] % 2:
-                raise FileNotFoundError(2, "No such file or directory", str(path))
-        return made
+                os.close(fd)
+                raise FileNotFoundError(2, "No such file or directory", part)
+        return fd  # (of a folder removed: a rename into it fails as the prune's did)
 
-    monkeypatch.setattr(files, "make_dirs", made_then_pruned)
+    monkeypatch.setattr(directory._Folders, "_open", made_then_pruned)
     with DirectoryStorage(str(root)) as storage:
         crossings[0] = 6
         assert storage.put_new("probe/a", b"landed")

@@ -30,13 +30,14 @@ from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
 from ..refs import RefRecord, ref_kind, ref_short, session_ref, tracking_ref
+from ..session_meta import meta_damage
 from ..store import Store, session_info
-from .errors import DamagedRemoteKey
 from .layout import (
     PACK_KEY_RE,
     PACKS,
     REFS,
-    check_cell_value,
+    cell_damage,
+    cell_key,
     index_key,
     pack_key,
     read_marker,
@@ -55,7 +56,8 @@ class RefFetch:
     ref: str  # sessions/<id> or tags/<name>
     old: str | None  # what the tracking ref (or local tag) named before
     new: str | None
-    outcome: str  # "new", "updated", "deleted", "tag created", "tag differs"
+    outcome: str  # "new", "updated", "deleted", "tag created", "tag differs", "damaged"
+    why: str | None = None  # for "damaged": what is wrong with the remote's cell
 
 
 @dataclass(slots=True)
@@ -146,6 +148,9 @@ def fetch(
         ref = ref_of_cell(info.key)
         if ref is not None:
             listed[ref] = info
+        else:  # in a ref's place: a folder of files, a name no store can hold
+            stray = f"{storage.url}: {info.key} is not the key of a ref cell"
+            result.refs.append(RefFetch(info.key, None, None, "damaged", stray))
     # Read again only the cells whose etag moved since they were last seen.
     stale = [
         ref
@@ -154,21 +159,24 @@ def fetch(
         or info.etag is None
         or ref_short(ref) not in tracking
         or tracking[ref_short(ref)].body.get("etag") != info.etag
+        or meta_damage(tracking[ref_short(ref)].body.get("meta")) is not None
     ]
     with ThreadPoolExecutor(PARALLEL) as pool:
         read = pool.map(storage.read_cell, (REFS + r for r in stale))
         cells = dict(zip(stale, read, strict=True))
-    for ref, cell in cells.items():
-        check_cell_value(storage.url, ref, cell.value)
-    heads = {_cell_target(c.value) for c in cells.values()} - {None}
+    damaged = {ref: why for ref, cell in cells.items() if (why := cell_damage(ref, cell.value))}
+    heads = {_cell_target(c.value) for r, c in cells.items() if r not in damaged} - {None}
     if any(not store.has_object(h) for h in heads if h is not None):
         result.packs, result.objects = fetch_packs(store, storage, remote, progress)
     for ref, cell in cells.items():
         head = _cell_target(cell.value)
-        if head is not None and not store.has_object(head):
-            raise DamagedRemoteKey(
-                f"{storage.url}: {ref} names node {head}, which no pack of the remote holds"
-            )
+        if ref not in damaged and head is not None and not store.has_object(head):
+            damaged[ref] = f"{cell_key(ref)} names node {head}, which no pack of the remote holds"
+    # A damaged cell is named and left out; the refs it would have moved stay as they
+    # were (a tracking ref is not deleted for it), and every other ref is fetched.
+    for ref, why in sorted(damaged.items()):
+        del cells[ref]
+        result.refs.append(RefFetch(ref, None, None, "damaged", f"{storage.url}: {why}"))
     with store.batch():
         for ref, cell in sorted(cells.items()):
             head = _cell_target(cell.value)
@@ -219,11 +227,12 @@ class SessionPull:
     old: str | None
     new: str | None
     # "created", "fast-forward", "up to date", "updated" (metadata only), "ahead",
-    # "diverged", "busy"
+    # "diverged", "busy", "damaged" (the remote's ref: left out, fetch says why)
     outcome: str
     meta: tuple[str, ...] = ()  # the metadata taken from the remote
     # metadata changed on both sides since they last agreed: the local values kept
     kept: tuple[str, ...] = ()
+    why: str | None = None  # for "damaged": what is wrong with the remote's ref
 
 
 def pull(
@@ -238,23 +247,37 @@ def pull(
     ``sessions``) to its remote-tracking ref, creating the ones the store lacks."""
     fetched = fetch(store, storage, remote, progress=progress)
     tracking = store.tracking_refs(remote)
-    wanted = sorted(tracking) if sessions is None else sessions
+    damaged = {
+        ref_short(r.ref): r.why
+        for r in fetched.refs
+        if r.outcome == "damaged" and ref_kind(r.ref) == "sessions"
+    }
+    wanted = sorted(tracking.keys() | damaged.keys()) if sessions is None else sessions
     for sid in wanted:
-        if sid not in tracking:
+        if sid not in tracking and sid not in damaged:
             raise RefConflict(f"remote {remote} has no session {sid}")
     with store.batch():  # one sync for every session moved, not a few per session
-        out = [_pull_one(store, remote, sid, tracking[sid]) for sid in wanted]
+        out = [_pull_one(store, remote, sid, tracking.get(sid), damaged) for sid in wanted]
     return fetched, out
 
 
-def _pull_one(store: Store, remote: str, sid: str, rec: RefRecord) -> SessionPull:
+def _pull_one(
+    store: Store, remote: str, sid: str, rec: RefRecord | None, damaged: dict[str, str | None]
+) -> SessionPull:
     """Move one local session to its remote-tracking ref ``rec`` if that is safe, then
-    bring the metadata the remote changed (``_meta_changes``)."""
-    head = rec.target
+    bring the metadata the remote changed (``_meta_changes``). A session whose remote
+    cell the fetch found ``damaged``, or whose tracking ref is (written by an ags that
+    checked less), is left as it is."""
     local = store.read_ref(session_ref(sid))
     old = local.target if local is not None else None
-    meta = rec.body.get("meta")
-    meta = meta if isinstance(meta, dict) else {}
+    if sid in damaged or rec is None:
+        return SessionPull(sid, old, None, "damaged", why=damaged.get(sid))
+    damage = meta_damage(rec.body.get("meta"))
+    if damage is not None:
+        why = f"{tracking_ref(remote, sid)} is damaged: {damage}"
+        return SessionPull(sid, old, rec.target, "damaged", why=why)
+    head = rec.target
+    meta = rec.body["meta"]
     if local is not None and old == head:
         outcome = "up to date"
     elif old is not None and head is not None and nodes_since(store, old, head) is not None:

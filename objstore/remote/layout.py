@@ -26,6 +26,7 @@ from .. import canonical
 from ..errors import InvalidName
 from ..objects import ID_RE
 from ..refs import SESSION_ID_RE, check_tag_name, ref_kind
+from ..session_meta import meta_damage
 from .errors import BadRemote, DamagedRemoteKey, KeyMissing, SwapFailed
 from .storage import PROBE_PREFIX, RemoteStorage
 
@@ -192,11 +193,12 @@ def raise_marker(storage: RemoteStorage, marker: Marker, version: int) -> Marker
         return now
 
 
-def check_cell_value(url: str, ref: str, value: Any) -> None:
-    """A ref cell's value as FORMAT.md 16.4 has it, or DamagedRemoteKey: nothing of a
-    cell another program wrote is taken for a ref."""
+def cell_damage(ref: str, value: Any) -> str | None:
+    """What keeps a ref cell's value from being one FORMAT.md 16.4 describes, or
+    None: nothing of a cell another program wrote is taken for a ref. A session's
+    metadata is checked as strictly as the API checks it (session_meta.py)."""
     if value is None:
-        return  # a tombstone
+        return None  # a tombstone
     target = value.get("target", 0) if isinstance(value, dict) else 0
     ok = target is None or (isinstance(target, str) and ID_RE.fullmatch(target) is not None)
     if ref_kind(ref) == "sessions":
@@ -204,4 +206,17 @@ def check_cell_value(url: str, ref: str, value: Any) -> None:
     else:
         ok = ok and target is not None
     if not ok:
-        raise DamagedRemoteKey(f"{url}: {cell_key(ref)} is not a ref cell ags wrote")
+        return f"{cell_key(ref)} is not a ref cell ags wrote"
+    if ref_kind(ref) == "sessions":
+        damage = meta_damage(value["meta"])
+        if damage is not None:
+            return f"{cell_key(ref)} is damaged: {damage}"
+    return None
+
+
+def check_cell_value(url: str, ref: str, value: Any) -> None:
+    """``cell_damage`` as a DamagedRemoteKey, for a command that cannot go on past
+    one (a push over it, a gc that would not know what it reaches)."""
+    damage = cell_damage(ref, value)
+    if damage is not None:
+        raise DamagedRemoteKey(f"{url}: {damage}")

@@ -41,7 +41,7 @@ from ..errors import InvalidInput, ObjectMissing, RefConflict
 from ..object_store import MIN_GRACE
 from ..reach import reachable
 from ..store import Store
-from .errors import KeyMissing, SwapFailed
+from .errors import DamagedRemoteKey, KeyMissing, SwapFailed
 from .fetch import fetch, fetch_packs, index_ids
 from .layout import (
     GC_LEASE,
@@ -183,11 +183,12 @@ def _collect(
     targets: dict[str, str] = {}
     for info in storage.list(REFS):
         ref = ref_of_cell(info.key)
-        if ref is not None:
-            value = storage.read_cell(info.key).value
-            check_cell_value(storage.url, ref, value)  # what it reaches must be known
-            if value is not None and value["target"] is not None:
-                targets[info.key] = value["target"]
+        if ref is None:  # what it would keep is unknown: sweep nothing
+            raise DamagedRemoteKey(f"{storage.url}: {info.key} is not the key of a ref cell")
+        value = storage.read_cell(info.key).value
+        check_cell_value(storage.url, ref, value)  # what it reaches must be known
+        if value is not None and value["target"] is not None:
+            targets[info.key] = value["target"]
     for _ in range(3):
         if all(store.has_object(t) for t in targets.values()):
             break
