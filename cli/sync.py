@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +385,25 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
         )
 
 
+@contextlib.contextmanager
+def _stopped_by(*signums: signal.Signals) -> Iterator[None]:
+    """While inside, these signals end the command as an exception does (exit status
+    128 + the signal's number, as a shell reports a process it killed), so that the
+    code that cleans up after a failure runs: a clone killed by ``kill`` or a closed
+    terminal removes what it made. SIGKILL cannot be caught; a clone killed by it
+    leaves its folder."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = {signum: signal.signal(signum, stop) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def _tracked(store: Store, name: str, spec: str, tracking: dict[str, Any]) -> str:
     """A session id from a full id or prefix of a local or a remote-tracked session."""
     matches = [sid for sid in tracking if sid.startswith(spec)]
@@ -425,7 +445,11 @@ def clone_cmd(
     made = not where.exists()
     mode = 0 if made else stat.S_IMODE(where.stat().st_mode)  # Store.open makes it 0700
     try:
-        with Store.open(where) as store, open_storage(location) as storage:
+        with (
+            _stopped_by(signal.SIGTERM, signal.SIGHUP),
+            Store.open(where) as store,
+            open_storage(location) as storage,
+        ):
             add_remote(store, "origin", location)
             fetched, pulled = pull(store, storage, "origin", progress=_progress(not as_json))
             stats = _stats(storage.stats)

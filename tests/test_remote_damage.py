@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import tree_snapshot
-from sync_setup import age_remote, directory_remote, new_store, session_with
+from sync_setup import age_remote, directory_remote, new_store, session_with, sessions_with
 
 from cli.main import cli
 from objstore import Store
@@ -231,3 +233,44 @@ def test_a_fifo_in_place_of_a_pack_index_is_refused_not_waited_on(tmp_path: Path
     assert f"packs/{idx.name} is not a regular file" in run.stderr
     assert run.stderr.count("\n") == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_a_truncated_pack_index_is_named_as_the_index(tmp_path: Path) -> None:
+    remote, _sids = remote_with_two_sessions(tmp_path)
+    (idx,) = (remote / "packs").glob("*.idx")
+    idx.write_bytes(idx.read_bytes()[:50])
+    code, _out, err = ags(None, "clone", str(remote), str(tmp_path / "b"))
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"pack {idx.stem.removeprefix('pack-')}: its index is truncated" in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_clone_stopped_by_a_signal_removes_what_it_made(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Stopped (SIGSTOP) as soon as its folder appears, so the signal surely comes
+    while it works, then sent ``signum`` and let go on."""
+    remote, location = directory_remote(tmp_path)
+    with new_store(tmp_path / "a", location) as a:
+        sids = sessions_with(a, 300, 5)
+        with open_storage(location) as storage:
+            result = push(a, storage, [f"sessions/{s}" for s in sids], force=False, seen={})
+            record_push(a, "origin", result)
+    target = tmp_path / "b"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "clone", str(remote), str(target)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not (target / "ags-store.json").exists():
+        assert child.poll() is None and time.monotonic() < deadline, "the clone ended first"
+        time.sleep(0.001)
+    child.send_signal(signal.SIGSTOP)
+    assert child.poll() is None, "the clone ended before it could be stopped"
+    child.send_signal(signum)
+    child.send_signal(signal.SIGCONT)
+    _out, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signum, err
+    assert not target.exists()

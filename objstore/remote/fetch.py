@@ -91,7 +91,7 @@ def _save_fetched_packs(store: Store, remote: str, names: set[str]) -> None:
 
 def index_ids(index: bytes, name: str) -> list[str]:
     """The object ids a block pack's index lists (FORMAT.md 5.3)."""
-    head = parse_index(index, name)
+    head = parse_index(index, f"{name}: its index")
     size = BLOCK_IDX_ENTRY.size
     end = ENTRIES_AT + head.entries * size
     return [index[at : at + 32].hex() for at in range(ENTRIES_AT, end, size)]

@@ -50,7 +50,7 @@ Members = dict[int, set[tuple[str, int, int]]]  # block payload offset -> its in
 def index_members(index: bytes, name: str) -> tuple[int, Members]:
     """The pack's length and what its index says each block holds, by the block's
     payload offset; DamagedPack if the index fails its checksum."""
-    head = parse_index(index, name)
+    head = parse_index(index, f"{name}: its index")
     body = index[:-CHECKSUM_BYTES]
     if head.version != 2 or blake3.blake3(body).digest() != index[-CHECKSUM_BYTES:]:
         raise DamagedPack(f"{name}: its index is damaged")
