@@ -280,22 +280,22 @@ class DirectoryStorage(RemoteStorage):
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
             with self._locked(key):
-                self._guard(partial(self._unlink, key, prune=False))
+                self._guard(partial(self._remove, key))
             self.stats.add(requests=1)
-            self._guard(partial(self._unlink, key, prune=True))
+            self._guard(partial(self._prune, key))
 
-    def _unlink(self, key: str, *, prune: bool) -> None:
-        """Remove the key's file, or (``prune``) the "directories" above it that are
-        empty now, as S3 has no empty ones (a writer that meets its directory gone
-        makes it again, ``_write``)."""
+    def _remove(self, key: str) -> None:
         with self._folders(key) as folders:
-            if folders.fd is None:
-                return
-            if prune:
-                folders.prune()
-            else:
+            if folders.fd is not None:
                 with suppress(FileNotFoundError):
                     os.unlink(key.rpartition("/")[2], dir_fd=folders.fd)
+
+    def _prune(self, key: str) -> None:
+        """Remove the "directories" above a deleted key that are empty now, as S3 has
+        no empty ones (a writer that meets its directory gone makes it again)."""
+        with self._folders(key) as folders:
+            if folders.fd is not None:
+                folders.prune()
 
 
 PRUNE_RACE_TRIES: Final = 16
