@@ -9,7 +9,9 @@ no other user can write to any of them (``check_store_access``). Files are
 also never opened through a symbolic link (files.py).
 
 ``AGS_ALLOW_SHARED_STORE=1`` (``Store.open(..., allow_shared=True)``) opens
-such a store anyway, for a store shared on purpose; links are still refused.
+such a store anyway, for a store shared on purpose; links are still refused,
+and a directory of the layout that is a link is refused on every open (a file
+opened in it with ``O_NOFOLLOW`` would still be reached through it).
 
 Root is held to the same rule. A root process writing into another user's
 store would leave files there that their owner can no longer read or
@@ -55,17 +57,26 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_store_access(root: Path) -> None:
-    """Raise UnsafeStore if another user owns, or can write to, the store directory
-    or a directory of its layout."""
+def check_store_access(root: Path, *, shared: bool = False) -> None:
+    """Raise UnsafeStore if a directory of the store's layout is a symbolic link (the
+    store directory itself may be one: a user's choice of where it lives), or, unless
+    the store is ``shared`` on purpose, if another user owns or can write to the
+    store directory or a directory of its layout."""
     uid = os.geteuid()
     how = f"or set {ALLOW_SHARED_ENV}=1 to use a shared store knowingly"
     base = os.fspath(root)
     for sub in LAYOUT_DIRS:
         path = os.path.join(base, sub) if sub else base  # every open: no Path for each
         try:
-            st = os.stat(path)
+            st = os.lstat(path) if sub else os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeStore(
+                f"refusing the store at {root}: {sub} is a symbolic link, and ags follows "
+                "none in a store; put the folder itself there"
+            )
+        if shared:
             continue
         if st.st_uid != uid:
             raise UnsafeStore(

@@ -398,13 +398,12 @@ class Store:
         """
         root = default_store_path() if path is None else Path(path).expanduser().absolute()
         config = root / CONFIG_FILE
-        checked = not shared_allowed(allow_shared)
+        shared = shared_allowed(allow_shared)
         if not os.path.lexists(config) and _holds_other_things(root):
             # Said before the access check: a mistyped --store (/, /tmp, a project)
             # is no store, and advice to chmod it all would be wrong.
             raise StoreFormatError(f"{root} is not empty and is not an ags store")
-        if checked:
-            check_store_access(root)  # before anything in it is read or written
+        check_store_access(root, shared=shared)  # before anything in it is read or written
         try:
             data = read_file(config)
         except FileNotFoundError:
@@ -419,8 +418,7 @@ class Store:
                     raise StoreFormatError(f"{root} is not empty and is not an ags store")
                 raise StoreMissing(str(root))
             _create_store(root)
-            if checked:
-                check_store_access(root)  # and what another process made at the same time
+            check_store_access(root, shared=shared)  # and what another made meanwhile
         else:
             try:
                 cfg = canonical.loads(data)

@@ -166,6 +166,38 @@ def test_the_cli_refuses_a_planted_link_in_one_line(tmp_path: Path, victim: Path
     assert victim.read_bytes() == VICTIM_TEXT
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+@pytest.mark.parametrize("folder", ["objects", "objects/pack", "refs/sessions", "logs", "tmp"])
+def test_a_folder_of_the_layout_that_is_a_link_is_refused_on_open(
+    tmp_path: Path, folder: str, shared: bool
+) -> None:
+    """A file is opened with O_NOFOLLOW, which guards only its last part: a pack
+    written into ``objects/pack -> elsewhere`` went elsewhere. The store is refused
+    before anything is read or written, shared on purpose or not; the store folder
+    itself may be a link (where a user keeps it is theirs to choose)."""
+    path = tmp_path / "store"
+    sid, _head = store_with_session(path)
+    elsewhere = tmp_path / "elsewhere"
+    (path / folder).rename(elsewhere)
+    (path / folder).symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.rglob("*"))
+    for args in (["sessions"], ["title", sid, "renamed"], ["fsck"]):
+        result = CliRunner().invoke(
+            cli,
+            ["--store", str(path), *args],
+            env={"AGS_ALLOW_SHARED_STORE": "1" if shared else ""},
+        )
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert f"{folder} is a symbolic link" in result.stderr
+    assert sorted(p.name for p in elsewhere.rglob("*")) == before
+    (path / folder).unlink()
+    elsewhere.rename(path / folder)
+    outer = tmp_path / "outer"
+    outer.symlink_to(path)
+    with Store.open(outer) as s:
+        assert s.session(sid).title == "private"
+
+
 # -- who owns the store -------------------------------------------------------------
 
 
