@@ -37,7 +37,7 @@ ALLOW_SHARED_ENV: Final = "AGS_ALLOW_SHARED_STORE"
 # The directories every store has (or will have): checked on every open.
 LAYOUT_DIRS: Final = (
     "", "objects", "objects/pack", "refs", "refs/sessions", "refs/tags", "refs/HEAD",
-    "logs", "locks", "locks/sessions", "tmp", "cache",
+    "refs/remotes", "logs", "locks", "locks/sessions", "tmp", "cache", "cache/remotes",
 )  # fmt: skip
 _WRITABLE_BY_OTHERS: Final = stat.S_IWGRP | stat.S_IWOTH
 _OPEN_TO_OTHERS: Final = 0o077

@@ -167,7 +167,9 @@ def test_the_cli_refuses_a_planted_link_in_one_line(tmp_path: Path, victim: Path
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
-@pytest.mark.parametrize("folder", ["objects", "objects/pack", "refs/sessions", "logs", "tmp"])
+@pytest.mark.parametrize(
+    "folder", ["objects", "objects/pack", "refs/sessions", "refs/remotes", "logs", "tmp"]
+)
 def test_a_folder_of_the_layout_that_is_a_link_is_refused_on_open(
     tmp_path: Path, folder: str, shared: bool
 ) -> None:
@@ -178,6 +180,7 @@ def test_a_folder_of_the_layout_that_is_a_link_is_refused_on_open(
     path = tmp_path / "store"
     sid, _head = store_with_session(path)
     elsewhere = tmp_path / "elsewhere"
+    (path / folder).mkdir(mode=0o700, exist_ok=True)  # (refs/remotes: made by a fetch)
     (path / folder).rename(elsewhere)
     (path / folder).symlink_to(elsewhere)
     before = sorted(p.name for p in elsewhere.rglob("*"))
