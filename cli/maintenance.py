@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from agent.importers import TOOL_NAMES, import_sessions
+from agent.importers import TOOL_NAMES, default_paths, import_sessions
 from objstore import (
     AgsError,
     Store,
@@ -157,6 +157,9 @@ def _import_from(
     missing = [p for p in sources if not p.exists()]
     if missing:  # said before a store is made for it
         raise AgsError(f"no such file or folder: {missing[0]}")
+    if not sources and not any(p.exists() for p in default_paths(tool)):
+        where = " or ".join(str(p) for p in default_paths(tool))
+        raise AgsError(f"no {tool} sessions here: {where} does not exist (give a PATH)")
     with ExitStack() as stack:
         if not dry_run:
             store = open_store(ctx)
@@ -197,8 +200,8 @@ def _import_files(
         lines = []
         for row in rows:
             what = f"{row.status:<9} {short(row.session)} {row.messages:>6} msgs  {row.source}"
-            lines.append(what)
-            lines += [f"          ! {p}" for p in row.problems]
+            lines.append(visible(what))  # a file's name may hold anything but "/"
+            lines += [visible(f"          ! {p}") for p in row.problems]
         counts = {s: sum(1 for r in rows if r.status == s)
                   for s in ("created", "updated", "unchanged", "failed")}  # fmt: skip
         would = " (dry run: nothing written)" if dry_run else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,12 @@ def records_end(pack: bytes) -> int:
     """Where the records of a pack being written end: its size less the zeros its
     writer keeps ahead of them (FORMAT.md 5.1)."""
     return scan_buffer(pack, 0, len(PACK_MAGIC)).end
+
+
+def as_user_without_overrides(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` without the capabilities that let root read any folder (as root),
+    or as it is (as anyone else): so a folder of mode 000 is unreadable to it."""
+    if os.geteuid() == 0:
+        drop = "-dac_override,-dac_read_search,-fowner"
+        args = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *args]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)

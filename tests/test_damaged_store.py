@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import as_user_without_overrides
 
 from cli.main import cli
 from objstore import Store, StoreFormatError, StoreWarning
@@ -350,15 +351,6 @@ def test_gc_refuses_to_sweep_past_a_node_it_cannot_read(tmp_path: Path, damage: 
     with Store.open(path) as s:
         assert s.node(ids[2]).parent == ids[1]  # the history before the damage
         assert s.blob(s.node(ids[0]).content) == {"role": "user", "content": "message 0"}
-
-
-def as_user_without_overrides(args: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` without the capabilities that let root read any folder (as root),
-    or as it is (as anyone else): so a folder of mode 000 is unreadable to it."""
-    if os.geteuid() == 0:
-        drop = "-dac_override,-dac_read_search,-fowner"
-        args = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *args]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
 
 def test_a_folder_of_refs_that_cannot_be_read_is_named_not_skipped(tmp_path: Path) -> None:

@@ -9,16 +9,19 @@ again into a real store.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import tree_snapshot
+from conftest import as_user_without_overrides, tree_snapshot
 
-from agent.importers import import_sessions
+from agent.importers import import_sessions, records
 from agent.importers.records import LINE_DEPTH
 from agent.openai_compat import openai_wire_message
 from cli.main import cli
@@ -752,3 +755,120 @@ def test_a_message_the_store_refuses_is_kept_as_a_stub(tmp_path: Path) -> None:
         "[cut: the message was too large to store]"
     )
     assert stub["source"]["through"] == 1
+
+
+def test_a_file_cut_short_while_it_is_imported_is_refused_then_imported_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut to half between the two passes (as a rotation or a rewrite would), then
+    put back: the import that met it fails that file and keeps nothing of it; before,
+    it stored the first part under the digest of the whole, and every later import
+    called the session complete."""
+    sid = "33333333-3333-4333-8333-333333333333"
+    path = tmp_path / "claude" / "-home-ana-big" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    lines, parent = [], None
+    for i in range(300):
+        uuid = f"c{i:07d}-0000-4000-8000-000000000000"
+        role = "user" if i % 2 == 0 else "assistant"
+        reply = [{"type": "text", "text": f"reply {i}"}]
+        content: Any = f"message {i}" if role == "user" else reply
+        message = {"role": role, "content": content, **({"id": f"m{i}"} if i % 2 else {})}
+        record = {"type": role, "uuid": uuid, "parentUuid": parent, "sessionId": sid}
+        record |= {"timestamp": "2025-06-02T18:51:00.000Z", "message": message}
+        lines.append(json.dumps(record))
+        parent = uuid
+    whole = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(whole)
+    real_read = records.LineReader.read
+    reads = [0]
+
+    def read_then_cut(reader: records.LineReader, entry: records.Entry) -> records.Record:
+        reads[0] += 1
+        if reads[0] == 100:
+            path.write_bytes(whole[: len(whole) // 2])  # (written again below)
+        return real_read(reader, entry)
+
+    monkeypatch.setattr(records.LineReader, "read", read_then_cut)
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "claude-code", [path])
+        assert row.status == "failed", row
+        assert "changed while it was imported" in row.problems[0]
+        assert s.sessions() == []
+        monkeypatch.setattr(records.LineReader, "read", real_read)
+        path.write_bytes(whole)
+        (row,) = import_sessions(s, "claude-code", [path])
+        assert (row.status, row.messages) == ("created", 300), row
+        assert len(s.context(row.session)) == 300
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_among_the_files_is_refused_not_read(
+    tmp_path: Path, claude: Path, kind: str
+) -> None:
+    """Read, a FIFO waits for a writer forever and /dev/zero never ends (the import
+    hung, its memory growing); given by name, one was passed over as "0 files"."""
+    odd = claude / "-home-ana-app" / "44444444-4444-4444-8444-444444444444.jsonl"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    store = str(tmp_path / "store")
+    for target in (claude, odd):
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "--store", store, "import", "--from",
+             "claude-code", str(target), "--json"],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        rows = {r["source"]: r for r in json.loads(done.stdout)}
+        assert rows[str(odd)]["status"] == "failed"
+        assert rows[str(odd)]["problems"] == [f"{odd} is not a regular file"]
+    odd.unlink()
+    with Store.open(store) as s, Store.open(tmp_path / "clean") as clean:
+        import_sessions(clean, "claude-code", [claude])
+        assert len(s.sessions()) == len(clean.sessions())  # every other file imported
+
+
+def test_a_folder_that_cannot_be_searched_is_named(tmp_path: Path, claude: Path) -> None:
+    hidden = claude / "-home-ana-web"
+    store = tmp_path / "store"
+    Store.open(store).close()
+    os.chmod(hidden, 0)
+    try:
+        done = as_user_without_overrides(
+            [sys.executable, "-m", "cli.main", "--store", str(store), "import", "--from",
+             "claude-code", str(claude), "--json"]
+        )  # fmt: skip
+    finally:
+        os.chmod(hidden, 0o700)
+    assert done.returncode == 1, done.stderr
+    rows = {r["source"]: r for r in json.loads(done.stdout)}
+    assert rows[str(hidden)]["status"] == "failed"
+    assert rows[str(hidden)]["problems"] == ["cannot search it: Permission denied"]
+    assert sum(r["status"] == "created" for r in rows.values()) == 1  # -home-ana-app's
+
+
+def test_a_tool_folder_that_does_not_exist_is_said_and_makes_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "nowhere"))
+    store = tmp_path / "store"
+    result = CliRunner().invoke(cli, ["--store", str(store), "import", "--from", "claude-code"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"ags: no claude-code sessions here: {tmp_path / 'nowhere' / 'projects'} does not "
+        "exist (give a PATH)\n"
+    )
+    assert not store.exists()
+
+
+def test_a_file_name_with_terminal_controls_is_shown_escaped(tmp_path: Path, claude: Path) -> None:
+    evil = claude / "-home-ana-app" / "x\n\x1b[2J\x1b]0;pwned\x07.jsonl"
+    shutil.copy(claude / APP, evil)
+    result = CliRunner().invoke(
+        cli, ["--store", str(tmp_path / "store"), "import", "--from", "claude-code", str(evil)]
+    )
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    row = result.stdout.splitlines()[0]  # one line, however the name breaks lines
+    assert row.startswith("created") and row.endswith(".jsonl") and "pwned" in row, row

@@ -63,10 +63,13 @@ def import_sessions(
     if missing and paths:
         raise AgsError(f"no such file or folder: {missing[0]}")
     # A file given by name is taken whatever its name; folders are searched for the tool's files.
-    files = find_files([p for p in roots if p.exists()], spec.accepts)
+    files, unreadable = find_files([p for p in roots if p.exists()], spec.accepts)
     files.sort(key=spec.later)  # stable: oldest first within each group
     claims = Claims.load(store)
-    rows: list[ImportRow] = []
+    rows = [
+        ImportRow(str(folder), tool, status="failed", problems=[f"cannot search it: {why}"])
+        for folder, why in unreadable
+    ]
     for done, path in enumerate(files, 1):
         rows.append(_import_file(store, tool, spec, path, claims, dry_run))
         if progress is not None:
@@ -81,6 +84,8 @@ def _import_file(
         size, mtime_ns = stat_of(path)
     except OSError as e:
         return ImportRow(str(path), tool, status="failed", problems=[f"cannot read: {e.strerror}"])
+    except SourceError as e:
+        return ImportRow(str(path), tool, status="failed", problems=[str(e)])
     same = unchanged_by_stat(claims, path, size, mtime_ns)
     if same is not None:
         imp = same.imported or {}

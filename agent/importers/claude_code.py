@@ -206,7 +206,7 @@ class ClaudeSource:
         self._path = path_entries
         self._extras = extras  # entry indexes kept with the next message, in file order
         self._parent = parent
-        self._reader = LineReader(index.path)
+        self._reader = LineReader(index.path, drop="sessionId")  # (as _add keys lines)
         self._next_extra = 0
         self._boundary: dict[str, Any] | None = None
         self._time = index.first_time or "1970-01-01T00:00:00.000Z"

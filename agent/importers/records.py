@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,8 @@ from typing import IO, Any, Final
 import blake3
 
 from objstore import NestingTooDeep, parse_json
+
+from ..errors import SourceError
 
 READ_CHUNK: Final = 1 << 16
 LINE_DEPTH: Final = 500
@@ -207,22 +210,28 @@ def ags_time(value: Any) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def find_files(paths: Iterable[Path], accept: Any) -> list[Path]:
-    """Every file under ``paths`` (files given as they are, folders searched
-    recursively, symlinked folders not followed) that ``accept(path)`` takes,
-    oldest first: a resumed session's file comes after the one it copied."""
+def find_files(paths: Iterable[Path], accept: Any) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every file under ``paths`` (what is not a folder taken as it is, folders
+    searched recursively, symlinked folders not followed) that ``accept(path)``
+    takes, oldest first: a resumed session's file comes after the one it copied;
+    and each folder that could not be searched, with why."""
     found: dict[Path, float] = {}
+    unreadable: list[tuple[Path, str]] = []
+
+    def cannot_list(e: OSError) -> None:
+        unreadable.append((Path(e.filename).absolute(), e.strerror or str(e)))
+
     for root in paths:
-        if root.is_file():
-            found[root.absolute()] = _mtime(root)
+        if not root.is_dir():
+            found[root.absolute()] = _mtime(root)  # (a FIFO too: stat_of refuses it)
             continue
-        for folder, dirs, files in os.walk(root):
+        for folder, dirs, files in os.walk(root, onerror=cannot_list):
             dirs.sort()
             for name in sorted(files):
                 path = Path(folder, name)
                 if accept(path):
                     found[path.absolute()] = _mtime(path)
-    return sorted(found, key=lambda p: (found[p], str(p)))
+    return sorted(found, key=lambda p: (found[p], str(p))), unreadable
 
 
 def _mtime(path: Path) -> float:
@@ -286,10 +295,16 @@ class Entry:
 
 
 class LineReader:
-    """Reads single lines back by offset during the second pass (one open file)."""
+    """Reads single lines back by offset during the second pass (one open file),
+    each checked against the key the first pass took of it: a file cut short or
+    rewritten between the passes is a SourceError, never a line read as empty (an
+    import that did that stored part of a session under the digest of all of it,
+    and every later import took the session for complete). ``drop``: the field
+    whose value ``line_key`` leaves out of the key, as the first pass did."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, drop: str | None = None) -> None:
         self.path = path
+        self._drop = drop
         self._fp: IO[bytes] | None = None
 
     def read(self, entry: Entry) -> Record:
@@ -298,7 +313,18 @@ class LineReader:
         self._fp.seek(entry.offset)
         data = self._fp.read(entry.length)
         line = Line(entry.number, entry.offset, entry.offset + entry.length + 1, data)
-        return parse_line(line)
+        record = parse_line(line)
+        value = record.value
+        dropped = value.get(self._drop) if self._drop and value is not None else None
+        if (
+            len(data) != entry.length
+            or line_key(data, dropped if isinstance(dropped, str) else None) != entry.key
+        ):
+            raise SourceError(
+                f"{self.path} changed while it was imported (line {entry.number} is not "
+                "what it was a moment before): nothing of it was taken; import it again"
+            )
+        return record
 
     def close(self) -> None:
         if self._fp is not None:
@@ -338,5 +364,9 @@ def line_key(data: bytes, drop: str | None = None) -> str:
 
 
 def stat_of(path: Path) -> tuple[int, int]:
+    """A source file's size and mtime; SourceError if it is no regular file (a FIFO,
+    or a link to a device: reading one would wait, or never end)."""
     st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"{path} is not a regular file")
     return st.st_size, st.st_mtime_ns
