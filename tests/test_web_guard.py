@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from agent.transcript import SHOWN_CHARS
 from cli.main import cli
 from objstore import Store
-from tests.web_server import Server, ags_serve
+from tests.web_server import REPO, Server, ags_serve
 from tests.web_store import Demo, build_demo_store
 from web.guard import Guard, is_loopback, needs_token
+from web.site import ServerPaths
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +314,35 @@ def test_a_long_text_is_cut_on_the_page_and_linked_whole(tmp_path: Path) -> None
         assert c.get(f"/text/{'0' * 64}").status_code == 404
         assert c.get("/text/nothex").status_code == 404
         assert c.get(f"/s/{sid}/at/{'0' * 64}").status_code == 404
+
+
+def test_an_error_page_names_no_path_of_the_server(tmp_path: Path) -> None:
+    """``/diff?a=HEAD`` said "nothing is checked out for /the/server/directory", and a
+    search index that cannot be opened named the store's path."""
+    store = tmp_path / "s"
+    demo = build_demo_store(store)
+    with ags_serve(store) as server, client(server) as c:
+        secret_places = (str(REPO), str(store), str(tmp_path), str(Path.home()))
+        for spec in ("HEAD", "HEAD~1", "HEAD@{1}"):
+            r = c.get("/diff", params={"a": spec, "b": demo.main})
+            assert r.status_code == 404
+            assert f"{spec}: nothing is checked out" in r.text
+            assert not [p for p in secret_places if p in r.text], r.text
+        index = store / "cache" / "search.sqlite"
+        index.parent.mkdir(exist_ok=True)
+        index.unlink(missing_ok=True)
+        index.mkdir()  # the index cannot be opened: the store's error names its file
+        r = c.get("/search", params={"q": "tests"})
+        assert "cannot use the search index &lt;store&gt;/cache/search.sqlite" in r.text
+        assert not [p for p in secret_places if p in r.text], r.text
+
+
+def test_a_server_path_is_hidden_where_it_ends_not_inside_another_name(tmp_path: Path) -> None:
+    paths = ServerPaths.of(tmp_path / "store")
+    assert paths.hide(f"no store at {tmp_path}/store (init)") == "no store at <store> (init)"
+    assert paths.hide(f"'{tmp_path}/store/refs/x': gone") == "'<store>/refs/x': gone"
+    assert paths.hide(f"{tmp_path}/store2 is not a store") == f"{tmp_path}/store2 is not a store"
+    assert paths.hide(f"nothing is checked out for {Path.cwd()}") == (
+        "nothing is checked out for <server directory>"
+    )
+    assert paths.hide("a path of a session: /src/app") == "a path of a session: /src/app"

@@ -26,7 +26,7 @@ from objstore import AgsError, UnknownSpec
 
 from . import actions, live, pages
 from .guard import GuardMiddleware
-from .site import STATIC, ServeConfig, render
+from .site import STATIC, ServeConfig, public_message, render
 
 _TRANSCRIPT_CSS: Final = transcript_css().encode()
 
@@ -39,9 +39,12 @@ def _transcript_css(request: Request) -> Response:
 
 def _store_error(request: Request, exc: Exception) -> Response:
     """An ``AgsError`` (a bad spec, a title too long, a tag that exists...) as a page
-    that says it in one line; 404 for something that does not exist."""
+    that says it in one line, without the server's paths; 404 for something that
+    does not exist."""
     status = 404 if isinstance(exc, UnknownSpec) else 400
-    return render(request, "error.html", status_code=status, message=str(exc))
+    return render(
+        request, "error.html", status_code=status, message=public_message(request, str(exc))
+    )
 
 
 def _http_error(request: Request, exc: Exception) -> Response:

@@ -3,6 +3,7 @@ diff, the actions at one message, and exports."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from objstore import (
 )
 
 from .graph import family, fork_graph_svg
-from .site import NODE_RE, SESSION_RE, render, store
+from .site import NODE_RE, SESSION_RE, public_message, render, store
 
 PER_PAGE: Final = 50
 SEARCH_LIMIT: Final = 100
@@ -127,7 +128,7 @@ def search_page(request: Request) -> Response:
                 with SearchIndex.open(handle) as index:
                     found = index.search(query, limit=SEARCH_LIMIT, include_archived=archived)
             except InvalidInput as e:
-                found, error = [], str(e)
+                found, error = [], public_message(request, str(e))
             infos: dict[str, SessionInfo | None] = {}
             for hit in found:
                 if hit.session not in infos:
@@ -300,11 +301,23 @@ def graph_page(request: Request) -> Response:
     return render(request, "graph.html", info=info, svg=Markup(svg), members=members, other=other)
 
 
+def _names_head(spec: str) -> bool:
+    """Whether ``spec`` starts from HEAD (``HEAD``, ``HEAD~2``, ``HEAD@{1}``)."""
+    return re.split(r"@\{|~", spec, maxsplit=1)[0] == "HEAD"
+
+
 def diff_page(request: Request) -> Response:
     a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
     if not a or not b:
         raise InvalidInput("a diff needs two sessions or nodes: ?a=...&b=...")
     with store(request) as handle:
+        for spec in (a, b):
+            # HEAD is looked up for the directory the server runs in: say that there
+            # is none without naming the directory (the store's error names it).
+            if _names_head(spec) and handle.head() is None:
+                raise UnknownSpec(
+                    f"{spec}: nothing is checked out (HEAD is looked up where ags serve runs)"
+                )
         diff = diff_sessions(handle, a, b)
         base = LogEntry(handle.node(diff.base), None) if diff.base else None
         names = {}

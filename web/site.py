@@ -8,6 +8,8 @@ they are now and holds no writer lock after it answers.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,6 +82,47 @@ def config(request: Request) -> ServeConfig:
 def store(request: Request) -> Iterator[Store]:
     with Store.open(config(request).store_path) as handle:
         yield handle
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPaths:
+    """The places on the server's disk an error may name, and what a page says
+    instead: the store, the directory the server runs in, the home directory, each
+    as given and with links resolved. A bare ``/`` is left out: it is in every path."""
+
+    labels: dict[str, str]
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def of(cls, store_path: Path) -> ServerPaths:
+        labels: dict[str, str] = {}
+        for path, label in (
+            (Path.home(), "~"),
+            (Path(os.getcwd()), "<server directory>"),
+            (store_path, "<store>"),  # last: the store wins over a directory it is in
+        ):
+            for form in (str(path), os.path.realpath(path)):
+                if len(form.rstrip("/")) > 1:
+                    labels[form.rstrip("/")] = label
+        # The longest first, so that a path inside another is named for itself; only
+        # where the path ends (a name that merely starts the same is another path).
+        alternatives = "|".join(re.escape(p) for p in sorted(labels, key=len, reverse=True))
+        pattern = re.compile(f"(?:{alternatives})(?=$|[/\\s'\":;,)\\]])")
+        return cls(labels, pattern)
+
+    def hide(self, message: str) -> str:
+        return self.pattern.sub(lambda m: self.labels[m.group()], message)
+
+
+_server_paths: Final = functools.lru_cache(maxsize=4)(ServerPaths.of)
+
+
+def public_message(request: Request, message: str) -> str:
+    """``message`` (an error's text) as a page may show it: without a path of the
+    server's disk. The store's errors name files for the person at the command line;
+    the session browser may be open to others (``--host``), and where the store and
+    the server live is none of their business."""
+    return _server_paths(config(request).store_path).hide(message)
 
 
 def render(request: Request, template: str, status_code: int = 200, **values: Any) -> HTMLResponse:
