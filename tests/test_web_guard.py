@@ -346,3 +346,51 @@ def test_a_server_path_is_hidden_where_it_ends_not_inside_another_name(tmp_path:
         "nothing is checked out for <server directory>"
     )
     assert paths.hide("a path of a session: /src/app") == "a path of a session: /src/app"
+
+
+def note_of(page: str) -> str | None:
+    found = re.search(r'<p class="note" role="status">(.*?)</p>', page, re.S)
+    return found.group(1) if found else None
+
+
+def test_a_page_shows_only_the_notes_the_app_made(tmp_path: Path) -> None:
+    """``?note=`` was shown as given: a link could make the site say anything."""
+    demo = build_demo_store(tmp_path / "s")
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        main = f"/s/{demo.main}"
+        for path, params in [
+            ("/", {"note": "your sessions were deleted: ring us on +1 555 0100"}),
+            (main, {"note": "Your session expired, log in at phish.example"}),
+            (main, {"note": "archived"}),  # it is not
+            (main, {"note": "forked"}),  # it is no fork
+            (main, {"note": "tagged", "tag": "call-555-0100"}),  # no such tag
+            (main, {"note": "tagged", "tag": "<b>x</b>"}),
+            ("/", {"note": "deleted", "session": demo.main[:12]}),  # it is still there
+            ("/", {"note": "deleted", "session": "ring us on 555 0100"}),
+            ("/", {"note": "renamed"}),  # a note of another page
+        ]:
+            r = c.get(path, params=params)
+            assert r.status_code == 200 and note_of(r.text) is None, (path, params)
+            assert not [w for w in ("ring us", "phish", "call-555") if w in r.text]
+        # The notes the changes themselves lead to are shown.
+        token = csrf_of(c, main)
+        said = {}
+        for action, data in [
+            ("title", {"title": "Renamed over HTTP"}),
+            ("tag", {"name": "before-retry"}),
+            ("archive", {}),
+            ("unarchive", {}),
+            ("fork", {}),
+            ("delete", {"confirm": "yes"}),
+        ]:
+            r = c.post(f"{main}/{action}", data={"csrf": token, **data})
+            assert r.status_code == 303, (action, r.text)
+            said[action] = note_of(c.get(r.headers["location"]).text)
+        assert said == {
+            "title": "Renamed",
+            "tag": "Tagged: before-retry",
+            "archive": "Archived: hidden from the list until unarchived",
+            "unarchive": "Unarchived",
+            "fork": "Forked: this is the new session",
+            "delete": f"Deleted: session {demo.main[:12]}",
+        }

@@ -10,7 +10,6 @@ again). Delete is reached through a page that asks first.
 from __future__ import annotations
 
 from typing import Final
-from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -18,6 +17,7 @@ from starlette.routing import Route
 
 from objstore import InvalidInput, Store, UnknownSpec
 
+from .notes import note_url
 from .site import NODE_RE, SESSION_RE, config, render, store
 
 
@@ -56,8 +56,8 @@ def _steps_back(handle: Store, sid: str, node: str) -> int:
     return steps
 
 
-def _back(sid: str, note: str = "") -> Response:
-    return RedirectResponse(f"/s/{sid}" + (f"?note={quote(note)}" if note else ""), 303)
+def _back(sid: str, note: str, value: str = "") -> Response:
+    return RedirectResponse(note_url(f"/s/{sid}", note, value), 303)
 
 
 def rename(request: Request) -> Response:
@@ -74,7 +74,7 @@ def tag(request: Request) -> Response:
     with store(request) as handle:
         node = _node(form) if form.get("node") else handle.node_id(sid)
         handle.tag(name, node, force=form.get("force") == "1")
-    return _back(sid, f"tagged {name}")
+    return _back(sid, "tagged", name)
 
 
 def fork(request: Request) -> Response:
@@ -85,7 +85,7 @@ def fork(request: Request) -> Response:
         if form.get("node"):
             spec = f"{sid}~{_steps_back(handle, sid, _node(form))}"
         new = handle.fork(spec, title=title)
-    return RedirectResponse(f"/s/{new}?note=forked", 303)
+    return _back(new, "forked")
 
 
 def archive(request: Request) -> Response:
@@ -119,7 +119,7 @@ def delete(request: Request) -> Response:
         raise InvalidInput("deleting a session needs the confirmation of its page")
     with store(request) as handle:
         handle.delete(sid)
-    return RedirectResponse(f"/?note={quote('deleted ' + sid[:12])}", 303)
+    return RedirectResponse(note_url("/", "deleted", sid[:12]), 303)
 
 
 ROUTES: Final = [

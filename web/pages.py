@@ -43,6 +43,7 @@ from objstore import (
 )
 
 from .graph import family, fork_graph_svg
+from .notes import listing_note, session_note
 from .site import NODE_RE, SESSION_RE, public_message, render, store
 
 PER_PAGE: Final = 50
@@ -97,8 +98,15 @@ def sessions_page(request: Request) -> Response:
     project = q.get("project", "")
     with store(request) as handle:
         listing = list_sessions(handle, project, state, _int(q.get("page"), 1))
+        note = listing_note(request, handle)
     return render(
-        request, "sessions.html", listing=listing, state=state, project=project, states=STATES
+        request,
+        "sessions.html",
+        listing=listing,
+        state=state,
+        project=project,
+        states=STATES,
+        note=note,
     )
 
 
@@ -227,6 +235,7 @@ def session_page(request: Request) -> Response:
                 forked_title = handle.session(parent).title or ""
             except (UnknownSpec, InvalidInput):
                 parent = None
+        note = session_note(request, handle, info)
     entries = transcript.entries
     compactions = sum(1 for e in entries if e.node.is_compaction)
     in_context = context_ids(entries)
@@ -248,6 +257,7 @@ def session_page(request: Request) -> Response:
         parent=parent,
         parent_title=forked_title,
         fork_before_start=bool(fork_at) and fork_at not in {e.id for e in entries},
+        note=note,
     )
 
 

@@ -132,6 +132,6 @@ def render(request: Request, template: str, status_code: int = 200, **values: An
         request=request,
         csrf=request.state.csrf,
         read_only=cfg.read_only,
-        **values,
+        **{"note": None, **values},
     )
     return HTMLResponse(html, status_code=status_code, headers={"cache-control": "no-store"})
