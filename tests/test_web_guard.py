@@ -394,3 +394,22 @@ def test_a_page_shows_only_the_notes_the_app_made(tmp_path: Path) -> None:
             "fork": "Forked: this is the new session",
             "delete": f"Deleted: session {demo.main[:12]}",
         }
+
+
+def test_control_characters_of_a_search_are_left_out_not_put_in_the_page(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    """A NUL (or an escape, a bidi override) of ``?q=`` landed in the search box."""
+    server, _, _ = site
+    with client(server) as c:
+        r = c.get("/search", params={"q": "\x00ass\x1b[31mert\u202e\x7f\ttests\n"})
+        assert r.status_code == 200
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", r.text)
+        boxes = re.findall(r'<input type="search" name="q"[^>]*value="([^"]*)"', r.text)
+        assert boxes == ["ass[31mert tests", "ass[31mert tests"]
+        assert "Control characters in the search were left out." in r.text
+        found = c.get("/search", params={"q": "\x00assert\x00"}).text  # searched without
+        assert 'value="assert"' in found and "<mark>assert</mark>" in found
+        # A tab or a line break is a space, and needs no word.
+        plain = c.get("/search", params={"q": "failing\tbuild"}).text
+        assert 'value="failing build"' in plain and "left out" not in plain

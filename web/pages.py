@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agent.control_chars import visible
+from agent.control_chars import HIDDEN_IN_LINE, visible
 from agent.transcript import (
     FORK_MARKER,
     ShownEntry,
@@ -124,9 +124,19 @@ def marked_snippet(hit: SearchHit) -> Markup:
     return out + visible(hit.snippet[at:])
 
 
+def search_text(typed: str) -> tuple[str, bool]:
+    """What is searched for when ``typed`` is asked, and whether anything was left out.
+    A control or hidden character (agent/control_chars.py) is never searched for nor
+    put back into the search box: one that is a kind of space (a tab, a line break)
+    is a space; any other (NUL, an escape, a bidi override) is left out."""
+    hidden = HIDDEN_IN_LINE.findall(typed)
+    cleaned = HIDDEN_IN_LINE.sub(lambda m: " " if m.group().isspace() else "", typed)
+    return cleaned.strip(), any(not c.isspace() for c in hidden)
+
+
 def search_page(request: Request) -> Response:
     q = request.query_params
-    query = q.get("q", "").strip()
+    query, left_out = search_text(q.get("q", ""))
     archived = q.get("archived") == "1"
     hits: list[tuple[SearchHit, SessionInfo | None, Markup]] = []
     error = None
@@ -149,6 +159,7 @@ def search_page(request: Request) -> Response:
         request,
         "search.html",
         query=query,
+        left_out=left_out,
         archived=archived,
         hits=hits,
         error=error,
