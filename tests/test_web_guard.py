@@ -12,6 +12,7 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -19,10 +20,11 @@ from click.testing import CliRunner
 
 from agent.transcript import SHOWN_CHARS
 from cli.main import cli
-from objstore import Store
+from objstore import Node, Store
 from tests.web_server import REPO, Server, ags_serve
 from tests.web_store import Demo, build_demo_store
 from web.guard import Guard, is_loopback, needs_token
+from web.history import steps_back
 from web.site import ServerPaths
 
 
@@ -413,3 +415,67 @@ def test_control_characters_of_a_search_are_left_out_not_put_in_the_page(
         # A tab or a line break is a space, and needs no word.
         plain = c.get("/search", params={"q": "failing\tbuild"}).text
         assert 'value="failing build"' in plain and "left out" not in plain
+
+
+def test_a_message_of_another_session_is_not_shown_or_tagged_under_this_one(
+    tmp_path: Path,
+) -> None:
+    """``/s/A/at/<a node of C>`` showed C's message under A's title, and a tag posted
+    to A with C's node was made."""
+    demo = build_demo_store(tmp_path / "s")
+    with Store.open(tmp_path / "s") as s:
+        hostile = s.session(demo.hostile).head
+        main_head = s.session(demo.main).head  # after the point the fork left main
+    assert hostile and main_head
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        token = csrf_of(c, f"/s/{demo.main}")
+        for sid, node in ((demo.main, hostile), (demo.fork, main_head)):
+            r = c.get(f"/s/{sid}/at/{node}")
+            assert r.status_code == 404 and f"has no message {node[:12]}" in r.text
+            assert "__pwned" not in r.text and "Now run them again" not in r.text
+            r = c.post(f"/s/{sid}/tag", data={"csrf": token, "name": "elsewhere", "node": node})
+            assert r.status_code == 400 and "not in the history" in r.text
+            r = c.post(f"/s/{sid}/fork", data={"csrf": token, "node": node})
+            assert r.status_code == 400 and "not in the history" in r.text
+        with Store.open(tmp_path / "s") as s:
+            assert s.tags() == {} and len(s.sessions(include_archived=True)) == 4
+        # A message the fork shares with main is in the history of both.
+        for sid in (demo.main, demo.fork):
+            r = c.get(f"/s/{sid}/at/{demo.fork_node}")
+            assert r.status_code == 200 and "I will fix it." in r.text
+        r = c.post(
+            f"/s/{demo.fork}/tag", data={"csrf": token, "name": "shared", "node": demo.fork_node}
+        )
+        assert r.status_code == 303
+        with Store.open(tmp_path / "s") as s:
+            assert s.tags() == {"shared": demo.fork_node}
+
+
+class NodeReads:
+    """A store whose node reads are counted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.reads = store, 0
+
+    def node(self, node_id: str) -> Node:
+        self.reads += 1
+        return self.store.node(node_id)
+
+
+def test_finding_a_message_in_a_long_history_stops_where_it_can(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s") as s, s.batch():
+        long = s.new_session(title="long")
+        nodes = [s.append(long, {"role": "user", "content": f"m{i}"}) for i in range(500)]
+        short = s.new_session(title="short")
+        s.append(short, {"role": "user", "content": "only"})
+        s.compact(long, "summary", keep=0)
+        after = s.append(long, {"role": "user", "content": "after"})
+        head = s.session(long).head
+        reads = NodeReads(s)
+        steps = [steps_back(cast(Store, reads), head, n) for n in (after, nodes[-1], nodes[0])]
+        assert steps == [0, 2, 501]  # the compaction is a step too
+        assert reads.reads == 1 + (1 + 2) + (1 + 501)  # the node, then the walk to it
+        reads.reads = 0
+        assert steps_back(cast(Store, reads), s.session(short).head, nodes[250]) is None
+        assert reads.reads == 2  # the node, then a head already below its count
+        assert steps_back(cast(Store, reads), head, "0" * 64) is None

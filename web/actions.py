@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from objstore import InvalidInput, Store, UnknownSpec
+from objstore import InvalidInput, UnknownSpec
 
+from .history import steps_to
 from .notes import note_url
 from .site import NODE_RE, SESSION_RE, config, render, store
 
@@ -44,18 +45,6 @@ def _node(form: dict[str, str]) -> str:
     return node
 
 
-def _steps_back(handle: Store, sid: str, node: str) -> int:
-    """How many nodes ``node`` is behind the head of ``sid``: ``sid~N`` names it and
-    keeps the session, so the fork records where it came from."""
-    at, steps = handle.session(sid).head, 0
-    while at is not None and at != node:
-        at = handle.node(at).parent
-        steps += 1
-    if at is None:
-        raise InvalidInput(f"node {node[:12]} is not in the history of session {sid[:12]}")
-    return steps
-
-
 def _back(sid: str, note: str, value: str = "") -> Response:
     return RedirectResponse(note_url(f"/s/{sid}", note, value), 303)
 
@@ -72,7 +61,11 @@ def tag(request: Request) -> Response:
     form, sid = _form(request), _session_id(request)
     name = form.get("name", "").strip()
     with store(request) as handle:
-        node = _node(form) if form.get("node") else handle.node_id(sid)
+        if form.get("node"):
+            node = _node(form)
+            steps_to(handle, sid, node)  # a message of this session, not of another
+        else:
+            node = handle.node_id(sid)
         handle.tag(name, node, force=form.get("force") == "1")
     return _back(sid, "tagged", name)
 
@@ -83,7 +76,9 @@ def fork(request: Request) -> Response:
     with store(request) as handle:
         spec = sid
         if form.get("node"):
-            spec = f"{sid}~{_steps_back(handle, sid, _node(form))}"
+            # sid~N names the node and keeps the session: the fork records where
+            # it came from.
+            spec = f"{sid}~{steps_to(handle, sid, _node(form))}"
         new = handle.fork(spec, title=title)
     return _back(new, "forked")
 

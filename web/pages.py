@@ -43,6 +43,7 @@ from objstore import (
 )
 
 from .graph import family, fork_graph_svg
+from .history import node_shown
 from .notes import listing_note, session_note
 from .site import NODE_RE, SESSION_RE, public_message, render, store
 
@@ -275,11 +276,16 @@ def session_page(request: Request) -> Response:
 # -- one message: fork or tag there -------------------------------------------------------
 
 
-def _entry(request: Request, handle: Store) -> LogEntry:
-    """The entry at the page's node: UnknownSpec (a 404) for no such node."""
+def _node_id(request: Request) -> str:
+    """The page's node id: UnknownSpec (a 404) for what cannot be one."""
     node = request.path_params["node"]
     if not NODE_RE.fullmatch(node):
         raise UnknownSpec(f"no node {node}")
+    return str(node)
+
+
+def _entry(handle: Store, node: str) -> LogEntry:
+    """The entry at ``node``: UnknownSpec (a 404) for no such node."""
     try:
         at = handle.node(node)
     except ObjectMissing:
@@ -288,11 +294,11 @@ def _entry(request: Request, handle: Store) -> LogEntry:
 
 
 def at_node_page(request: Request) -> Response:
-    sid = _session_id(request)
+    sid, node = _session_id(request), _node_id(request)
     with store(request) as handle:
         info = handle.session(sid)
-        entry = _entry(request, handle)
-    node = entry.id
+        node_shown(handle, info, node)  # under this session's title: of its history only
+        entry = _entry(handle, node)
     shown = ShownEntry(entry, (), True)
     html = entry_html(shown, whole=whole_entry)
     return render(request, "at.html", info=info, node=node, entry=Markup(html))
@@ -303,7 +309,7 @@ def entry_text(request: Request) -> Response:
     shows a long text cut (SHOWN_CHARS), it links here. Node ids name content, so the
     address is the store's, not a session's."""
     with store(request) as handle:
-        text = entry_markdown(_entry(request, handle))
+        text = entry_markdown(_entry(handle, _node_id(request)))
     return Response(visible(text, multiline=True), media_type="text/plain; charset=utf-8")
 
 
