@@ -10,21 +10,25 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import cast
 
+import anyio
 import httpx
 import pytest
 from click.testing import CliRunner
 
 from agent.transcript import SHOWN_CHARS
 from cli.main import cli
-from objstore import Node, Store
+from objstore import Node, SessionInfo, Store
 from tests.web_server import REPO, Server, ags_serve
 from tests.web_store import Demo, build_demo_store
 from web.guard import Guard, is_loopback, needs_token
 from web.history import steps_back
+from web.live import MAX_WATCHERS, Watchers
 from web.site import ServerPaths
 
 
@@ -479,3 +483,68 @@ def test_finding_a_message_in_a_long_history_stops_where_it_can(tmp_path: Path) 
         assert steps_back(cast(Store, reads), s.session(short).head, nodes[250]) is None
         assert reads.reads == 2  # the node, then a head already below its count
         assert steps_back(cast(Store, reads), head, "0" * 64) is None
+
+
+def test_live_streams_beyond_the_limit_are_refused_and_pages_still_answer(
+    tmp_path: Path,
+) -> None:
+    """300 open live streams, each looking at the store every 0.5 s in the worker
+    threads pages need, took most of a core and slowed every page. A server holds
+    MAX_WATCHERS; one more is answered 503 (its page works, without live updates)."""
+    demo = build_demo_store(tmp_path / "s")
+    with Store.open(tmp_path / "s") as s:
+        head = s.session(demo.main).head
+    limits = httpx.Limits(max_connections=MAX_WATCHERS + 10)
+    with (
+        ags_serve(tmp_path / "s") as server,
+        httpx.Client(base_url=server.base, timeout=30, limits=limits) as c,
+        ExitStack() as streams,
+    ):
+        path = f"/s/{demo.main}/events?since={head}"
+        opened = [streams.enter_context(c.stream("GET", path)) for _ in range(MAX_WATCHERS)]
+        assert {r.status_code for r in opened} == {200}
+        with c.stream("GET", path) as refused:  # (a stream, if let in, never ends)
+            assert refused.status_code == 503
+            assert f"{MAX_WATCHERS} pages are watching sessions live" in refused.read().decode()
+            assert "text/event-stream" not in refused.headers["content-type"]
+        assert c.get(f"/s/{demo.main}").status_code == 200  # pages are not held up
+        opened[0].close()  # a page closed: its place is free again (once the server sees it)
+        for _ in range(100):
+            with c.stream("GET", path) as again:
+                if again.status_code == 200:
+                    break
+            time.sleep(0.05)
+        assert again.status_code == 200
+
+
+def test_every_stream_waits_for_one_shared_look_at_the_store(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s") as s:
+        sessions = [s.new_session(title=f"watched {i}") for i in range(3)]
+    watchers = Watchers(tmp_path / "s", limit=10)
+    seen: list[list[object]] = [[] for _ in range(10)]
+
+    async def watch(i: int, sid: str) -> None:
+        for _ in range(3):
+            seen[i].append(await watchers.next_look(sid))
+
+    async def main() -> None:
+        numbers = [watchers.join(sessions[i % 3]) for i in range(10)]
+        assert watchers.join(sessions[0]) is None  # over the limit
+        async with anyio.create_task_group() as tasks:
+            for i in range(10):
+                tasks.start_soon(watch, i, sessions[i % 3])
+            while watchers.looks < 1:
+                await anyio.sleep(0.01)
+            with Store.open(tmp_path / "s") as s:  # another process writes, deletes
+                s.append(sessions[1], {"role": "user", "content": "new"})
+                s.delete(sessions[2])
+        for number in numbers:
+            assert number is not None
+            watchers.leave(number)
+        assert watchers.streams == 0
+
+    anyio.run(main)
+    assert watchers.looks == 3  # one look a tick for the ten streams, not ten
+    assert all(isinstance(info, SessionInfo) and info.messages == 0 for info in seen[0])
+    assert [info.messages for info in seen[1] if isinstance(info, SessionInfo)] == [0, 1, 1]
+    assert isinstance(seen[2][0], SessionInfo) and seen[2][1:] == [None, None]  # gone

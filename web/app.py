@@ -66,6 +66,7 @@ def create_app(config: ServeConfig) -> ASGIApp:
         exception_handlers={AgsError: _store_error, HTTPException: _http_error},
     )
     app.state.config = config
+    app.state.watchers = live.Watchers(config.store_path)
     return GuardMiddleware(app, config.guard)
 
 
