@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -548,3 +549,22 @@ def test_every_stream_waits_for_one_shared_look_at_the_store(tmp_path: Path) -> 
     assert all(isinstance(info, SessionInfo) and info.messages == 0 for info in seen[0])
     assert [info.messages for info in seen[1] if isinstance(info, SessionInfo)] == [0, 1, 1]
     assert isinstance(seen[2][0], SessionInfo) and seen[2][1:] == [None, None]  # gone
+
+
+def test_a_store_removed_under_the_server_is_not_made_again(tmp_path: Path) -> None:
+    """Each page opened the store with ``create=True``: once the store was gone, the
+    next page made a new, empty one where it was and showed "No sessions"."""
+    demo = build_demo_store(tmp_path / "s")
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        with Store.open(tmp_path / "s") as s:
+            head = s.session(demo.main).head
+        with c.stream("GET", f"/s/{demo.main}/events?since={head}") as events:
+            assert events.status_code == 200
+            shutil.rmtree(tmp_path / "s")
+            lines = list(events.iter_lines())  # the stream ends: the store cannot be read
+            assert "event: update" not in lines
+        r = c.get("/")
+        assert r.status_code == 400 and "no store at &lt;store&gt;" in r.text
+        assert str(tmp_path) not in r.text
+        assert c.get(f"/s/{demo.main}/events?since={head}").status_code == 400
+    assert not (tmp_path / "s").exists()

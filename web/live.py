@@ -41,7 +41,7 @@ from agent.transcript import anchor, shown_entries
 from objstore import AgsError, LogEntry, SessionInfo, Store, UnknownSpec
 
 from .pages import entries_html
-from .site import NODE_RE, SESSION_RE
+from .site import NODE_RE, SESSION_RE, open_store
 
 POLL_S: Final = 0.5
 HEARTBEAT_S: Final = 15.0
@@ -144,7 +144,7 @@ class Watchers:
 
     def _look(self, sessions: set[str]) -> dict[str, SessionInfo | None]:
         found: dict[str, SessionInfo | None] = {}
-        with Store.open(self.store_path) as handle:
+        with open_store(self.store_path) as handle:
             for sid in sessions:
                 try:
                     found[sid] = handle.session(sid)
@@ -176,7 +176,7 @@ def _walk_back(handle: Store, start: str | None, stop: str | None, limit: int) -
 
 def changes(store_path: Path, sid: str, seen: Seen, read_only: bool) -> tuple[str, Any] | None:
     """The event that brings a page showing ``seen`` up to date, or None; updates ``seen``."""
-    with Store.open(store_path) as handle:
+    with open_store(store_path) as handle:
         try:
             info: SessionInfo = handle.session(sid)
         except UnknownSpec:
@@ -238,7 +238,7 @@ class _Watching(StreamingResponse):
 
 
 def _session(store_path: Path, sid: str) -> SessionInfo:
-    with Store.open(store_path) as handle:
+    with open_store(store_path) as handle:
         return handle.session(sid)
 
 

@@ -78,9 +78,15 @@ def config(request: Request) -> ServeConfig:
     return value
 
 
+def open_store(path: Path) -> Store:
+    """A handle on the store the server was started on; never a new store, should that
+    one have gone (StoreMissing: the page says so)."""
+    return Store.open(path, create=False)
+
+
 @contextmanager
 def store(request: Request) -> Iterator[Store]:
-    with Store.open(config(request).store_path) as handle:
+    with open_store(config(request).store_path) as handle:
         yield handle
 
 
