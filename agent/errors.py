@@ -134,10 +134,13 @@ class ModelUnavailable(ModelError):
 
     def __init__(self, base_url: str, attempts: int, last_reason: str) -> None:
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-        super().__init__(
-            f"no reply from the model server at {base_url} after {tries} "
-            f"(last: {one_line(last_reason)}): is it running and reachable?"
-        )
+        if last_reason.startswith("HTTP "):  # it answered, with an error each time
+            said = f"the model server at {base_url} failed {tries}"
+            hint = "it answers, so see its log, or try again later"
+        else:
+            said = f"no reply from the model server at {base_url} after {tries}"
+            hint = "is it running and reachable?"
+        super().__init__(f"{said} (last: {one_line(last_reason)}): {hint}")
         self.base_url = base_url
         self.attempts = attempts
         self.last_reason = last_reason
@@ -146,11 +149,10 @@ class ModelUnavailable(ModelError):
 class ModelProtocolError(ModelError):
     """The server answered with something that is not the wire format it claims to speak."""
 
-    def __init__(self, base_url: str, detail: str) -> None:
-        super().__init__(
-            f"unexpected reply from {base_url}: {one_line(detail)} "
-            "(is the provider right for this server?)"
-        )
+    def __init__(
+        self, base_url: str, detail: str, hint: str = "is the provider right for this server?"
+    ) -> None:
+        super().__init__(f"unexpected reply from {base_url}: {one_line(detail)} ({hint})")
         self.base_url = base_url
         self.detail = detail
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import httpx
 
@@ -40,6 +40,11 @@ from objstore import parse_json
 
 # Reads wait long: a server may load a model from disk before the first byte.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)
+MAX_REPLY_BYTES: Final = 256 << 20
+"""Bytes of one reply read at most: a real one is far smaller (a streamed reply of
+a million tokens is about 150 MB of events), and a server that never stops would
+otherwise fill memory (the store would refuse the message anyway, at 128 MiB)."""
+_NEWLINE: Final = re.compile(r"\r\n|\r|\n")
 
 T = TypeVar("T")
 
@@ -293,11 +298,46 @@ class HTTPChatClient:
 
     def _post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``body`` and return the JSON object of a successful answer (not retried here)."""
-        with self._transport_errors():
-            response = self._http.post(self.base_url + path, json=body, headers=self._headers())
-            if not response.is_success:
-                raise self._http_error(response)
-            return self._json_object(response.text, "the reply")
+        with self._stream(path, body) as response:
+            return self._json_object(self._body(response).decode(errors="replace"), "the reply")
+
+    def _body(self, response: httpx.Response) -> bytes:
+        """A reply's whole body, at most MAX_REPLY_BYTES of it (else a protocol error)."""
+        chunks = []
+        for chunk in response.iter_bytes():
+            self._check_size(response)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _lines(self, response: httpx.Response) -> Iterator[str]:
+        """A streamed reply's lines (ended by CR, LF or CRLF, as SSE has it), read
+        until MAX_REPLY_BYTES, so that neither an endless stream nor an endless
+        line fills memory. (httpx's ``iter_lines`` keeps any line whole, however
+        long, and knows no limit.)"""
+        pending: list[str] = []
+        after_cr = False
+        for text in response.iter_text():
+            self._check_size(response)
+            if after_cr and text.startswith("\n"):
+                text = text[1:]  # the LF of a CRLF split between two reads
+            after_cr = text.endswith("\r")
+            pieces = _NEWLINE.split(text)
+            pending.append(pieces[0])
+            if len(pieces) == 1:
+                continue
+            yield "".join(pending)
+            yield from pieces[1:-1]
+            pending = [pieces[-1]]
+        if any(pending):
+            yield "".join(pending)
+
+    def _check_size(self, response: httpx.Response) -> None:
+        if response.num_bytes_downloaded > MAX_REPLY_BYTES:
+            raise ModelProtocolError(
+                self.base_url,
+                f"the reply passed {MAX_REPLY_BYTES >> 20} MiB and was not read further",
+                "does the server ever stop?",
+            )
 
     def _fetch_json(
         self, method: str, path: str, body: Mapping[str, Any] | None = None, optional: bool = False

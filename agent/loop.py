@@ -152,6 +152,10 @@ class AgentEvents:
     def text(self, fragment: str) -> None:
         """A piece of the model's answer as it streams."""
 
+    def text_dropped(self) -> None:
+        """The answer streamed so far was cut off and is dropped: the request is made
+        again, and the answer starts over (``text`` from its beginning)."""
+
     def notice(self, message: str) -> None:
         """Something the user should know: a retry, a compaction, a refusal."""
 
@@ -329,7 +333,9 @@ class Agent:
             self.events.text(fragment)
 
         def on_retry(reason: str) -> None:
-            streamed.clear()  # a retried stream starts over: nothing is kept twice
+            if streamed:  # a retried stream starts over: nothing is kept twice
+                streamed.clear()
+                self.events.text_dropped()
             self._count_retry(reason)
 
         try:

@@ -163,7 +163,7 @@ class OllamaClient(HTTPChatClient):
         final: dict[str, Any] | None = None
         # Unstreamed, the answer is one JSON object on one line: the same reader serves.
         with self._stream("/api/chat", body) as response:
-            for line in response.iter_lines():
+            for line in self._lines(response):
                 if not line.strip():
                     continue
                 chunk = self._json_object(line, "a line of the /api/chat stream")

@@ -305,12 +305,13 @@ class OpenAIClient(HTTPChatClient):
             content_type = response.headers.get("content-type", "")
             if "json" in content_type:
                 # A server that ignored stream=true answers one chat.completion.
-                chunk = self._json_object(response.read().decode(), "the completion")
+                completion = self._body(response).decode(errors="replace")
+                chunk = self._json_object(completion, "the completion")
                 self._check_chunk(chunk)
                 reply.feed(chunk, on_text)
                 finished = True
             else:
-                for kind, payload in sse_events(counted(response.iter_lines())):
+                for kind, payload in sse_events(counted(self._lines(response))):
                     events += 1
                     if payload.strip() == "[DONE]":
                         finished = True

@@ -87,6 +87,9 @@ class TerminalView(ProjectEvents):
         self._activity.set("writing")
         self._stream.feed(visible(fragment, multiline=True))
 
+    def text_dropped(self) -> None:
+        self.notice("the answer above was cut off; it starts over below")
+
     def notice(self, message: str) -> None:
         self._settle()
         self.say(f"ags: {visible(message)}", "dim")

@@ -44,6 +44,11 @@ class PlainEvents(ProjectEvents):
         if self.stream:
             click.echo(visible(fragment, multiline=True), nl=False)
 
+    def text_dropped(self) -> None:
+        if self.stream:  # the cut-off text ends its line; the answer starts on the next
+            click.echo("")
+        self.notice("the answer above was cut off; it starts over below")
+
     def notice(self, message: str) -> None:
         click.echo(style(f"ags: {visible(message)}", dim=True), err=True)
 

@@ -476,6 +476,15 @@ def test_a_dropped_stream_is_retried_counted_and_not_duplicated(tmp_path, server
     assert [m["content"] for m in assistant] == ["hello there world"]
     bodies = server.chat_bodies()
     assert len(bodies) == 2 and bodies[0] == bodies[1]  # the retry asked the same thing
+    server.add(
+        {"text": "hello there world", "chunks": 3, "drop_after": 1},
+        {"text": "hello there world", "chunks": 3},
+    )
+    plain = ags(env, project, "run", "hi again")
+    assert plain.returncode == 0, plain.stderr
+    cut, answer = plain.stdout.splitlines()  # the part cut off ends its own line
+    assert answer == "hello there world" and "hello there world".startswith(cut), plain.stdout
+    assert "the answer above was cut off; it starts over below" in plain.stderr
 
 
 def test_a_model_that_is_not_there_is_a_clear_error(tmp_path, server, image, project):

@@ -20,6 +20,7 @@ from model_server import (  # noqa: F401  (model_server_fixture provides the fix
     prompt_tokens,
 )
 
+from agent import http_chat
 from agent.errors import (
     AuthFailed,
     ContextTooLong,
@@ -849,3 +850,43 @@ def test_fake_server_runs_as_a_process_from_a_script(tmp_path: Path) -> None:
         assert client.chat([USER]).message["content"].startswith("This is the fake")
     [first, _] = [json.loads(line) for line in record.read_text().splitlines()]
     assert first["path"] == "/v1/chat/completions" and first["body"]["messages"] == [USER]
+
+
+# --- replies that do not end ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["ollama", "openai"])
+@pytest.mark.parametrize("chunks", [1, 40], ids=["one line", "many events"])
+def test_a_reply_past_the_size_limit_is_not_read_further_or_retried(
+    model_server: FakeModelServer, provider: str, chunks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endless reply filled memory (678 MB after 11 minutes); a limit far above any
+    real reply (256 MiB) ends it, here lowered to 20 KB for a 40 KB reply."""
+    monkeypatch.setattr(http_chat, "MAX_REPLY_BYTES", 20_000)
+    model_server.add({"text": "word " * 8_000, "chunks": chunks}, {"text": "not asked for"})
+    with (
+        closing(make_client(provider, model_server.url, "gemma4", retry=FAST, timeout=5)) as c,
+        pytest.raises(ModelProtocolError, match="passed 0 MiB and was not read further"),
+    ):
+        c.chat([USER])
+    assert len(model_server.chat_bodies()) == 1 and model_server.pending == 1
+
+
+def test_reply_lines_end_at_cr_lf_or_crlf_wherever_the_reads_split_them() -> None:
+    with OpenAIClient(base_url="http://127.0.0.1:1", model="m") as client:
+        reads = [b"data: a\r", b"\ndata: b\r\n\r", b"\n", b"data: c\rdata: d\n", b"\nlast"]
+        response = httpx.Response(200, content=iter(reads))
+        assert list(client._lines(response)) == [
+            "data: a", "data: b", "", "data: c", "data: d", "", "last"
+        ]  # fmt: skip
+
+
+def test_a_server_that_answers_with_errors_is_not_called_unreachable(
+    model_server: FakeModelServer, openai: OpenAIClient
+) -> None:
+    model_server.add(*[{"error": {"status": 500, "message": "boom"}}] * 4)
+    with pytest.raises(ModelUnavailable) as caught:
+        openai.chat([USER])
+    said = str(caught.value)
+    assert said.startswith(f"the model server at {model_server.url} failed 4 attempts")
+    assert "it answers, so see its log" in said and "reachable" not in said
