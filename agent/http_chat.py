@@ -247,7 +247,7 @@ class HTTPChatClient:
     # Retries.
 
     def _with_retries(self, attempt: Callable[[], T], on_retry: Callable[[str], None] | None) -> T:
-        last = ""
+        last, number = "", 0
         for number in range(1, self.retry.attempts + 1):
             try:
                 return attempt()
@@ -255,6 +255,12 @@ class HTTPChatClient:
                 last = failure.reason
                 if number == self.retry.attempts:
                     break
+                if (failure.retry_after or 0) > self.retry.max_retry_after:
+                    last += (
+                        f"; it asks to wait {failure.retry_after:,.0f} s (Retry-After), "
+                        f"more than ags waits ({self.retry.max_retry_after:,.0f} s)"
+                    )
+                    break  # asking again sooner is what it asked not to have
                 wait = self.retry.delay(number, failure.retry_after)
                 if on_retry is not None:
                     on_retry(
@@ -262,7 +268,7 @@ class HTTPChatClient:
                         f"in {wait:.2f}s"
                     )
                 time.sleep(wait)
-        raise ModelUnavailable(self.base_url, self.retry.attempts, last)
+        raise ModelUnavailable(self.base_url, number, last)
 
     @contextmanager
     def _transport_errors(self) -> Iterator[None]:
@@ -378,6 +384,13 @@ class HTTPChatClient:
     # Errors.
 
     def _http_error(self, response: httpx.Response) -> Exception:
+        if response.is_redirect:  # never followed: a key must not go to another host
+            where = one_line(response.headers.get("Location") or "(no Location)", 200)
+            return ModelRequestFailed(
+                self.base_url,
+                response.status_code,
+                f"redirected to {where}; ags follows no redirect: give that as the base URL",
+            )
         try:
             payload: Any = parse_json(response.content, REPLY_DEPTH)
         except ValueError:

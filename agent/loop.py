@@ -104,7 +104,8 @@ def default_state() -> dict[str, Any]:
 
 
 class Interrupts:
-    """Ctrl-C (or SIGTERM) lands only where it is safe to stop: inside a model call
+    """Ctrl-C (or SIGTERM, or SIGHUP when the terminal closes: the sandbox is removed
+    then too, as after Ctrl-C) lands only where it is safe to stop: inside a model call
     or a tool run. Arriving anywhere else (in the middle of an append) it is held
     and raised at the start of the next model call or tool run, so an interrupt
     never leaves a half-done write for this process to trip over."""
@@ -125,7 +126,8 @@ class Interrupts:
             yield  # signals only reach the main thread
             return
         previous = {
-            sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)
+            sig: signal.signal(sig, self._handler)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: terminal closed
         }
         try:
             yield

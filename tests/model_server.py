@@ -24,9 +24,10 @@ in process and in a ``--script`` file:
 ``usage``           ``{"prompt_tokens", "completion_tokens"}`` overriding the counts
 ``omit_usage``      true: no counts at all
 ``error``           ``{"status", "message", "type"?, "retry_after"?, "body"?,
-                    "content_type"?}``: answer that HTTP error in the
-                    endpoint's error format (``body`` replaces the body
-                    verbatim, sent as ``content_type``, default JSON)
+                    "content_type"?, "headers"?}``: answer that HTTP error in
+                    the endpoint's error format (``body`` replaces the body
+                    verbatim, sent as ``content_type``, default JSON;
+                    ``headers`` are sent too, a redirect's Location)
 ``context_overflow``  true, or a style (``ollama``, ``vllm``, ``vllm_new``,
                     ``llamacpp``, ``llamacpp_500``): answer the server's
                     context-too-long error
@@ -442,6 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
             spec = reply["error"]
             status = int(spec.get("status", 500))
             extra = {"Retry-After": str(spec["retry_after"])} if "retry_after" in spec else {}
+            extra |= spec.get("headers", {})
             if "body" in spec:
                 body = spec["body"]
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()

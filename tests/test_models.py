@@ -394,14 +394,42 @@ def test_gives_up_after_the_configured_attempts(
 
 
 def test_honours_retry_after(model_server: FakeModelServer) -> None:
-    policy = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.001, max_retry_after=0.3)
+    policy = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.001, max_retry_after=2)
     model_server.add({"error": {"status": 429, "message": "slow down", "retry_after": 1}})
     with OllamaClient(base_url=model_server.url, retry=policy) as client:
         retries: list[str] = []
         started = time.monotonic()
         client.chat([USER], on_retry=retries.append)
-    assert time.monotonic() - started >= 0.3  # Retry-After (capped), not the 1 ms backoff
-    assert "in 0.30s" in retries[0]
+    assert time.monotonic() - started >= 1  # Retry-After, not the 1 ms backoff
+    assert "in 1.00s" in retries[0]
+
+
+def test_a_retry_after_longer_than_ags_waits_ends_the_call_at_once(
+    model_server: FakeModelServer,
+) -> None:
+    """Asked to wait an hour, ags asked again three times within 91 s (what the server
+    asked not to have) and then gave up anyway; it says so at once now."""
+    policy = RetryPolicy(attempts=4, base_delay=0.001, max_delay=0.001, max_retry_after=0.3)
+    model_server.add(*[{"error": {"status": 429, "message": "slow down", "retry_after": 3600}}] * 4)
+    with (
+        OllamaClient(base_url=model_server.url, retry=policy) as client,
+        pytest.raises(ModelUnavailable) as caught,
+    ):
+        client.chat([USER])
+    assert "failed 1 attempt" in str(caught.value)
+    assert "it asks to wait 3,600 s (Retry-After), more than ags waits (0 s)" in str(caught.value)
+    assert len(model_server.chat_bodies()) == 1
+
+
+def test_a_redirect_is_not_followed_and_names_where_it_points(
+    model_server: FakeModelServer, openai: OpenAIClient
+) -> None:
+    elsewhere = "http://198.51.100.7:8000/v1/chat/completions"
+    model_server.add({"error": {"status": 307, "body": "", "headers": {"Location": elsewhere}}})
+    with pytest.raises(ModelRequestFailed) as caught:
+        openai.chat([USER])
+    assert f"(HTTP 307): redirected to {elsewhere}; ags follows no redirect" in str(caught.value)
+    assert len(model_server.chat_bodies()) == 1
 
 
 def test_read_timeout_is_retried(model_server: FakeModelServer) -> None:
