@@ -437,17 +437,20 @@ def test_an_open_call_inside_the_context_is_answered_in_the_request(tmp_path, pr
     assert sent[3]["tool_call_id"] == "call_0_0" and sent[3]["content"] == UNKNOWN_OUTCOME
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["ctrl-c", "hangup"])
 def test_ctrl_c_during_a_tool_keeps_everything_and_resumes_cleanly(
-    tmp_path, server, image, project
+    tmp_path, server, image, project, signum
 ):
+    """SIGHUP (the terminal closed) too: it killed ags and left its sandbox running."""
     env = env_for(tmp_path, server, image)
     store_path = tmp_path / "store"
     server.add({"tool_calls": [call("shell", command="sleep 60"), call("shell", command="true")]})
     proc = start_run(env, project, "nap", "--yes-tools")
     wait_for(lambda: last_role(store_path) == "assistant")
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     assert proc.wait(timeout=30) == 130, proc.stderr.read()
+    assert sandboxes_of(project) == []
     with Store.open(store_path) as s:
         sid = s.sessions()[0].id
     results = [m for m in messages(store_path, sid) if m["role"] == "tool"]
