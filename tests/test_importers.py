@@ -757,18 +757,13 @@ def test_a_message_the_store_refuses_is_kept_as_a_stub(tmp_path: Path) -> None:
     assert stub["source"]["through"] == 1
 
 
-def test_a_file_cut_short_while_it_is_imported_is_refused_then_imported_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Cut to half between the two passes (as a rotation or a rewrite would), then
-    put back: the import that met it fails that file and keeps nothing of it; before,
-    it stored the first part under the digest of the whole, and every later import
-    called the session complete."""
-    sid = "33333333-3333-4333-8333-333333333333"
-    path = tmp_path / "claude" / "-home-ana-big" / f"{sid}.jsonl"
-    path.parent.mkdir(parents=True)
+def claude_chain(path: Path, count: int) -> bytes:
+    """A Claude Code file at ``path`` of ``count`` records, user and assistant in turn,
+    each the parent of the next; its bytes."""
+    sid = path.stem
+    path.parent.mkdir(parents=True, exist_ok=True)
     lines, parent = [], None
-    for i in range(300):
+    for i in range(count):
         uuid = f"c{i:07d}-0000-4000-8000-000000000000"
         role = "user" if i % 2 == 0 else "assistant"
         reply = [{"type": "text", "text": f"reply {i}"}]
@@ -780,6 +775,36 @@ def test_a_file_cut_short_while_it_is_imported_is_refused_then_imported_whole(
         parent = uuid
     whole = ("\n".join(lines) + "\n").encode()
     path.write_bytes(whole)
+    return whole
+
+
+def test_a_damaged_line_that_breaks_the_chain_is_said_to_hide_what_came_before(
+    tmp_path: Path,
+) -> None:
+    """The path back from the last record stops at the damage: the messages before it
+    are kept as extra records only. That was silent; the session looked whole."""
+    path = tmp_path / "claude" / "-home-ana-x" / "55555555-5555-4555-8555-555555555555.jsonl"
+    lines = claude_chain(path, 10).split(b"\n")
+    lines[4] = lines[4][:50]  # line 5, cut
+    path.write_bytes(b"\n".join(lines))
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "claude-code", [path])
+    assert row.messages == 5
+    assert (
+        "line 6: its parent record c0000004-0000-4000-8000-000000000000 is not in the file, "
+        "so the conversation starts there; 4 earlier messages are kept only as extra records"
+    ) in row.problems
+
+
+def test_a_file_cut_short_while_it_is_imported_is_refused_then_imported_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut to half between the two passes (as a rotation or a rewrite would), then
+    put back: the import that met it fails that file and keeps nothing of it; before,
+    it stored the first part under the digest of the whole, and every later import
+    called the session complete."""
+    path = tmp_path / "claude" / "-home-ana-big" / "33333333-3333-4333-8333-333333333333.jsonl"
+    whole = claude_chain(path, 300)
     real_read = records.LineReader.read
     reads = [0]
 

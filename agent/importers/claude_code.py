@@ -441,10 +441,31 @@ def sources(path: Path) -> list[ClaudeSource]:
         raise SourceError(f"{path} holds no Claude Code records")
     on_path = set(path_entries)
     extras = [i for i, e in enumerate(entries) if i not in on_path and not e.sidechain]
+    _say_if_broken(index, path_entries, extras)
     file_sid = path.stem
     out = [ClaudeSource(index, path_entries, f"{TOOL}:{file_sid}", None, extras)]
     out += _sidechains(index, file_sid)
     return out
+
+
+def _say_if_broken(index: _Index, path: list[int], extras: list[int]) -> None:
+    """A problem when the conversation's first record names a parent the file does not
+    hold (a damaged line, a record lost) while messages came before it: the path back
+    from the last record stops there, and those messages are kept as extra records
+    only, never seen by ``ags log`` or a resume. Said, so that nobody takes the
+    session for the whole conversation."""
+    root = index.entries[path[0]]
+    if not root.parent or root.parent in index.by_uuid:
+        return
+    before = sum(
+        1 for i in extras if i < path[0] and index.entries[i].kind in ("user", "assistant")
+    )
+    if before:
+        index.problems.append(
+            f"line {root.number}: its parent record {root.parent} is not in the file, so "
+            f"the conversation starts there; {before} earlier messages are kept only "
+            "as extra records"
+        )
 
 
 def _settled(index: _Index, path: list[int]) -> list[int]:
