@@ -190,7 +190,9 @@ def _import_files(
         bar.update(done - bar.pos)
 
     try:
-        rows = import_sessions(store, tool, sources, dry_run=dry_run, progress=progress)
+        rows = import_sessions(
+            store, tool, sources, dry_run=dry_run, progress=progress, on_wait=_say_waiting
+        )
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -209,6 +211,10 @@ def _import_files(
                      + would)  # fmt: skip
         emit_lines(lines, page=False)
     return any(row.status == "failed" for row in rows)
+
+
+def _say_waiting() -> None:
+    click.echo("ags: waiting for another import into this store to finish", err=True)
 
 
 def _duration_or_never(value: str) -> float | None:

@@ -897,3 +897,22 @@ def test_a_file_name_with_terminal_controls_is_shown_escaped(tmp_path: Path, cla
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     row = result.stdout.splitlines()[0]  # one line, however the name breaks lines
     assert row.startswith("created") and row.endswith(".jsonl") and "pwned" in row, row
+
+
+def test_two_imports_at_once_make_one_session(tmp_path: Path) -> None:
+    """Each took the file for new and made a session of it: two copies of one
+    conversation. One import of a store at a time now; the second waits."""
+    path = tmp_path / "claude" / "-home-ana-big" / "66666666-6666-4666-8666-666666666666.jsonl"
+    claude_chain(path, 8_000)
+    store = str(tmp_path / "store")
+    Store.open(store).close()
+    args = [sys.executable, "-m", "cli.main", "--store", store, "import", "--from", "claude-code"]
+    runs = [
+        subprocess.Popen([*args, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for run in runs:
+        _out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    with Store.open(store) as s:
+        assert [info.messages for info in s.sessions()] == [8_000]

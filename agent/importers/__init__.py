@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from objstore import AgsError, Store
+from objstore.files import FileLock
 
 from ..errors import SourceError
 from . import claude_code, codex, gemini
@@ -55,8 +56,32 @@ def import_sessions(
     *,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
 ) -> list[ImportRow]:
-    """Import every session file of ``tool`` under ``paths``; one row per file."""
+    """Import every session file of ``tool`` under ``paths``; one row per file.
+    Another import of the store under way is waited for (``on_wait`` is told)."""
+    if dry_run:  # reads only: nothing to keep apart
+        return _import_all(store, tool, paths, dry_run, progress)
+    # One import of a store at a time: two at once each took a file for new and made
+    # a session of it (a claim is read, then written, with no lock between).
+    lock = FileLock(store.path / "locks" / "import")
+    if not lock.acquire(blocking=False):
+        if on_wait is not None:
+            on_wait()
+        lock.acquire()
+    try:
+        return _import_all(store, tool, paths, dry_run, progress)
+    finally:
+        lock.release()
+
+
+def _import_all(
+    store: Store,
+    tool: str,
+    paths: Sequence[Path],
+    dry_run: bool,
+    progress: Callable[[int, int], None] | None,
+) -> list[ImportRow]:
     spec = _TOOLS[tool]
     roots = list(paths) or spec.default_paths()
     missing = [p for p in roots if not p.exists()]
