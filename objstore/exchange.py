@@ -183,11 +183,16 @@ def parse_document(data: str | bytes) -> dict[str, Any]:
         body = text.strip()
         if not body:
             raise BadExport("the file is empty (truncated?)") from None
-        cut = body.startswith("{") and not body.endswith("}")
-        what = "truncated, not valid JSON" if cut else "not valid JSON"
+        if e.msg == "Extra data":
+            what = "not valid JSON, something follows the document"
+        elif body.startswith("{") and not body.endswith("}"):
+            what = "truncated, not valid JSON"
+        else:
+            what = "not valid JSON"
         raise BadExport(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except ValueError as e:  # a NaN
-        raise BadExport(f"not valid JSON: {e}") from None
+    except ValueError as e:  # a NaN, or an integer of more digits than Python converts
+        why = "an integer of too many digits" if "digits" in str(e) else str(e)
+        raise BadExport(f"not valid JSON: {why}") from None
     if not isinstance(doc, dict):
         raise BadExport("$: an export document is a JSON object")
     return doc
@@ -290,7 +295,12 @@ def _check_schema(doc: dict[str, Any]) -> None:
     validator = jsonschema.Draft202012Validator(export_schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
     if error is not None:
-        raise BadExport(f"{error.json_path}: {error.message}")
+        # The message quotes the value (a title of 100 KB, whole): shown cut short.
+        quoted = repr(error.instance)
+        message = error.message
+        if len(quoted) > 60:
+            message = message.replace(quoted, quoted[:50] + "...")
+        raise BadExport(f"{error.json_path}: {message[:300]}")
 
 
 def import_document(

@@ -477,7 +477,15 @@ def _bad_documents(doc: dict) -> dict[str, tuple[bytes, str]]:
     newer = {**json.loads(text), "version": 3}
     schema = json.loads(text)
     del schema["objects"][0]["kind"]
+    long_title = json.loads(text)
+    long_title["session"]["title"] = "T" * 100_000
     return {
+        "trailing data": ((text + "\ngarbage").encode(), "something follows the document"),
+        "huge integer": (
+            text.replace('"messages": ', '"messages": ' + "9" * 5_001, 1).encode(),
+            "an integer of too many digits",
+        ),
+        "long title": (json.dumps(long_title).encode(), "$.session.title: 'TTTT"),
         "truncated": (text[: len(text) // 2].encode(), "truncated"),
         "not json": (b"this is not json", "not valid JSON"),
         "empty": (b"", "truncated"),
@@ -493,7 +501,7 @@ def _bad_documents(doc: dict) -> dict[str, tuple[bytes, str]]:
 @pytest.mark.parametrize(
     "case",
     ["truncated", "not json", "empty", "wrong version", "altered message", "dangling parent",
-     "schema", "not an export", "binary"],
+     "schema", "not an export", "binary", "trailing data", "huge integer", "long title"],
 )  # fmt: skip
 def test_a_bad_export_file_changes_nothing_and_names_the_place(world, tmp_path, case):
     doc = export_doc(world, world.a)
@@ -506,6 +514,7 @@ def test_a_bad_export_file_changes_nothing_and_names_the_place(world, tmp_path, 
         assert_refused(target, ["import", str(bad)], words)
     proc = ags_process(world, "import", "-", input=data)
     assert proc.returncode == 1 and proc.stderr.decode().count("\n") == 1
+    assert len(proc.stderr) < 400  # no value quoted whole (a 100 KB title was)
 
 
 def test_export_schema_is_published_in_docs():
