@@ -916,3 +916,14 @@ def test_two_imports_at_once_make_one_session(tmp_path: Path) -> None:
         assert run.returncode == 0, err
     with Store.open(store) as s:
         assert [info.messages for info in s.sessions()] == [8_000]
+
+
+def test_token_counts_that_are_none_are_taken_as_zero(tmp_path: Path) -> None:
+    path = tmp_path / "claude" / "-home-ana-x" / "77777777-7777-4777-8777-777777777777.jsonl"
+    records = [json.loads(line) for line in claude_chain(path, 2).splitlines()]
+    records[1]["message"]["usage"] = {"input_tokens": -9, "output_tokens": 2 * 10**40 + 1}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "claude-code", [path])
+        head = s.node(s.session(row.session).head)
+        assert head.meta["usage"] == {"prompt_tokens": 0, "completion_tokens": 0}

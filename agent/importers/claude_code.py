@@ -34,6 +34,7 @@ from .records import (
     raw_text,
     stat_of,
     text_of,
+    token_count,
     torn_problem,
 )
 from .transcript_builder import TranscriptBuilder, call
@@ -397,8 +398,7 @@ def _result_text(content: Any) -> str:
 
 def _usage(usage: dict[str, Any]) -> dict[str, Any]:
     def n(key: str) -> int:
-        value = usage.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return token_count(usage.get(key))
 
     prompt = n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens")
     return {"prompt_tokens": prompt, "completion_tokens": n("output_tokens")}
@@ -409,7 +409,7 @@ def _compact_meta(boundary: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(info, dict):
         return {}
     out: dict[str, Any] = {"automatic": info.get("trigger") == "auto"}
-    if isinstance(info.get("preTokens"), int):
+    if token_count(info.get("preTokens")):
         out["pre_tokens"] = info["preTokens"]
     return out
 

@@ -35,6 +35,7 @@ from .records import (
     stat_of,
     str_field,
     text_of,
+    token_count,
     torn_problem,
 )
 from .transcript_builder import TranscriptBuilder, call
@@ -196,8 +197,8 @@ class GeminiSource:
         tokens = m.get("tokens")
         if isinstance(tokens, dict):
             meta["usage"] = {
-                "prompt_tokens": _int(tokens.get("input")),
-                "completion_tokens": _int(tokens.get("output")),
+                "prompt_tokens": token_count(tokens.get("input")),
+                "completion_tokens": token_count(tokens.get("output")),
             }
         thoughts = m.get("thoughts")
         thinking = (
@@ -303,10 +304,6 @@ def _running(message: dict[str, Any]) -> bool:
 
 
 _DONE: Final = frozenset({"success", "error", "cancelled"})
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _parts_text(content: Any) -> str:

@@ -363,6 +363,17 @@ def line_key(data: bytes, drop: str | None = None) -> str:
     return blake3.blake3(data.rstrip(b"\r")).hexdigest()[:32]
 
 
+MAX_TOKENS: Final = 10**12  # tokens one call may count: far past any model's window
+
+
+def token_count(value: Any) -> int:
+    """A token count a source reports, or 0 for what is none: not an integer, below
+    zero, or past MAX_TOKENS (a source file may hold anything; ``ags info`` showed
+    "tokens: -9 in, 2000...0001 out")."""
+    ok = type(value) is int and 0 <= value <= MAX_TOKENS
+    return value if ok else 0
+
+
 def stat_of(path: Path) -> tuple[int, int]:
     """A source file's size and mtime; SourceError if it is no regular file (a FIFO,
     or a link to a device: reading one would wait, or never end)."""
