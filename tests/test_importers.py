@@ -927,3 +927,13 @@ def test_token_counts_that_are_none_are_taken_as_zero(tmp_path: Path) -> None:
         (row,) = import_sessions(s, "claude-code", [path])
         head = s.node(s.session(row.session).head)
         assert head.meta["usage"] == {"prompt_tokens": 0, "completion_tokens": 0}
+
+
+def test_a_lone_surrogate_is_replaced_and_said(tmp_path: Path) -> None:
+    path = tmp_path / "claude" / "-home-ana-x" / "88888888-8888-4888-8888-888888888888.jsonl"
+    whole = claude_chain(path, 2).decode()
+    path.write_text(whole.replace("message 0", "message \\ud800 0 \\ud83d\\ude00", 1))
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "claude-code", [path])
+        assert row.problems == ["line 1: lone surrogate escapes replaced by U+FFFD"]
+        assert s.context(row.session)[0]["content"] == "message \ufffd 0 \U0001f600"

@@ -133,7 +133,11 @@ def parse_line(line: Line) -> Record:
         return Record(line, None, f"line {line.number}: not a JSON object, kept as text")
     # Decoded text holds no surrogate; only a \\uD8xx-style escape can bring one in.
     if "\\ud" in text or "\\uD" in text:
-        value = clean(value)
+        cleaned = clean(value)
+        if cleaned != value:  # (a pair that makes one character is no change)
+            value = cleaned
+            said = f"line {line.number}: lone surrogate escapes replaced by U+FFFD"
+            problem = said if problem is None else f"{problem}; {said.split(': ', 1)[1]}"
     return Record(line, value, problem)
 
 
