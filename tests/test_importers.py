@@ -937,3 +937,15 @@ def test_a_lone_surrogate_is_replaced_and_said(tmp_path: Path) -> None:
         (row,) = import_sessions(s, "claude-code", [path])
         assert row.problems == ["line 1: lone surrogate escapes replaced by U+FFFD"]
         assert s.context(row.session)[0]["content"] == "message \ufffd 0 \U0001f600"
+
+
+def test_a_gemini_log_with_no_message_yet_makes_no_session(tmp_path: Path) -> None:
+    """A snapshot that empties the messages made a session of none, "(untitled)"."""
+    path = tmp_path / "gemini" / "tmp" / "abc" / "chats" / "session-2026-06-10T10-00-0f0f0f0f.jsonl"
+    path.parent.mkdir(parents=True)
+    head = {"sessionId": "0f0f0f0f", "projectHash": "abc", "startTime": "2026-06-10T10:00:00Z"}
+    path.write_text(json.dumps(head) + "\n" + json.dumps({"$set": {"messages": []}}) + "\n")
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "gemini", [path])
+        assert (row.session, row.problems) == (None, ["no conversation in this file yet"])
+        assert s.sessions() == []

@@ -87,6 +87,10 @@ class GeminiSource:
                 self._messages.pop()
         self._time = ags_time(self._doc.get("startTime")) or "1970-01-01T00:00:00.000Z"
 
+    @property
+    def has_messages(self) -> bool:
+        return bool(self._messages)
+
     def _read_json(self, path: Path) -> Any:
         try:
             data = path.read_bytes()
@@ -338,4 +342,7 @@ def _tool_output(c: dict[str, Any]) -> str:
 
 
 def sources(path: Path) -> list[GeminiSource]:
-    return [GeminiSource(path)]
+    """The file's session; none while it holds no message yet (a chat just opened, or
+    one whose messages a snapshot emptied), as a Claude Code file of snapshots only."""
+    source = GeminiSource(path)
+    return [source] if source.has_messages else []
