@@ -949,3 +949,16 @@ def test_a_gemini_log_with_no_message_yet_makes_no_session(tmp_path: Path) -> No
         (row,) = import_sessions(s, "gemini", [path])
         assert (row.session, row.problems) == (None, ["no conversation in this file yet"])
         assert s.sessions() == []
+
+
+def test_a_codex_rollout_whose_meta_line_is_damaged_is_said_so(tmp_path: Path) -> None:
+    path = tmp_path / "rollout-2025-10-29T00-59-38-x.jsonl"
+    lines = (FIXTURES / "codex" / CODEX).read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([lines[0][:40], *lines[1:]]))
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "codex", [path])
+    assert row.status == "failed"
+    assert row.problems == [
+        f"{path} is not a Codex rollout (its first line, where the session_meta line goes, "
+        "is not a JSON object)"
+    ]

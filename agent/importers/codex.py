@@ -114,7 +114,13 @@ class CodexSource:
         ident = self._meta.get("id") or path.stem.removeprefix("rollout-")
         self.identity = f"{TOOL}:{ident}"
         if not any(e.kind == "session_meta" for e in self._entries[:50]):
-            raise SourceError(f"{path} is not a Codex rollout (no session_meta line)")
+            damaged = bool(self._entries) and self._entries[0].kind == ""
+            why = (
+                "its first line, where the session_meta line goes, is not a JSON object"
+                if damaged
+                else "no session_meta line"
+            )
+            raise SourceError(f"{path} is not a Codex rollout ({why})")
 
     def _index(self, line: Any) -> None:
         rec = parse_line(line)
