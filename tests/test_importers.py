@@ -962,3 +962,21 @@ def test_a_codex_rollout_whose_meta_line_is_damaged_is_said_so(tmp_path: Path) -
         f"{path} is not a Codex rollout (its first line, where the session_meta line goes, "
         "is not a JSON object)"
     ]
+
+
+def test_sidechain_records_whose_parents_loop_are_kept_and_said(tmp_path: Path) -> None:
+    """No leaf, so no sidechain session: the records went nowhere, without a word."""
+    path = tmp_path / "claude" / "-home-ana-x" / "99999999-9999-4999-8999-999999999999.jsonl"
+    records = [json.loads(line) for line in claude_chain(path, 2).splitlines()]
+    for uuid, parent in (("s1", "s2"), ("s2", "s1")):  # before the answer, which keeps them
+        looped = {**records[0], "uuid": uuid, "parentUuid": parent, "isSidechain": True}
+        records.insert(1, looped)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with Store.open(tmp_path / "store") as s:
+        (row,) = import_sessions(s, "claude-code", [path])
+        assert row.problems == [
+            "2 sidechain records are on no chain that ends (their parents loop): "
+            "kept as extra records"
+        ]
+        kept = json.dumps([e.message for e in s.log(row.session)])
+        assert '"uuid": "s1"' in kept and '"uuid": "s2"' in kept

@@ -439,13 +439,20 @@ def sources(path: Path) -> list[ClaudeSource]:
         if any(e.kind in KNOWN_TYPES for e in entries):
             return []  # opened, but no conversation yet (only snapshots, say)
         raise SourceError(f"{path} holds no Claude Code records")
+    file_sid = path.stem
+    sidechains, covered = _sidechains(index, file_sid)
     on_path = set(path_entries)
     extras = [i for i, e in enumerate(entries) if i not in on_path and not e.sidechain]
     _say_if_broken(index, path_entries, extras)
-    file_sid = path.stem
+    stray = [i for i, e in enumerate(entries) if e.sidechain and i not in covered]
+    if stray:  # kept with the main line, rather than nowhere
+        extras = sorted(extras + stray)
+        index.problems.append(
+            f"{len(stray)} sidechain records are on no chain that ends (their parents "
+            "loop): kept as extra records"
+        )
     out = [ClaudeSource(index, path_entries, f"{TOOL}:{file_sid}", None, extras)]
-    out += _sidechains(index, file_sid)
-    return out
+    return out + sidechains
 
 
 def _say_if_broken(index: _Index, path: list[int], extras: list[int]) -> None:
@@ -493,11 +500,13 @@ def _last_leaf(index: _Index, sidechain: bool | None) -> int | None:
     return None
 
 
-def _sidechains(index: _Index, file_sid: str) -> list[ClaudeSource]:
-    """Subagent runs written into the main file: one session per sidechain leaf."""
+def _sidechains(index: _Index, file_sid: str) -> tuple[list[ClaudeSource], set[int]]:
+    """Subagent runs written into the main file: one session per sidechain leaf; and
+    the entries they hold, on their chains or as their extra records."""
     entries = index.entries
     parents = {e.parent for e in entries if e.sidechain and e.parent}
     out: list[ClaudeSource] = []
+    covered: set[int] = set()
     for i, e in enumerate(entries):
         if not e.sidechain or not e.uuid or e.uuid in parents:
             continue
@@ -511,4 +520,5 @@ def _sidechains(index: _Index, file_sid: str) -> list[ClaudeSource]:
         identity = f"{TOOL}:{file_sid}:sidechain:{root}"
         parent = (f"{TOOL}:{file_sid}", "")
         out.append(ClaudeSource(index, chain, identity, parent, extras, primary=False))
-    return out
+        covered.update(chain, extras)
+    return out, covered
