@@ -309,9 +309,10 @@ class HTTPChatClient:
 
     def _body(self, response: httpx.Response) -> bytes:
         """A reply's whole body, at most MAX_REPLY_BYTES of it (else a protocol error)."""
-        chunks = []
+        chunks, size = [], 0
         for chunk in response.iter_bytes():
-            self._check_size(response)
+            size += len(chunk)
+            self._check_size(size)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -321,9 +322,10 @@ class HTTPChatClient:
         line fills memory. (httpx's ``iter_lines`` keeps any line whole, however
         long, and knows no limit.)"""
         pending: list[str] = []
-        after_cr = False
+        after_cr, size = False, 0
         for text in response.iter_text():
-            self._check_size(response)
+            size += len(text)  # (characters: at least the bytes' count over four)
+            self._check_size(size)
             if after_cr and text.startswith("\n"):
                 text = text[1:]  # the LF of a CRLF split between two reads
             after_cr = text.endswith("\r")
@@ -337,8 +339,10 @@ class HTTPChatClient:
         if any(pending):
             yield "".join(pending)
 
-    def _check_size(self, response: httpx.Response) -> None:
-        if response.num_bytes_downloaded > MAX_REPLY_BYTES:
+    def _check_size(self, size: int) -> None:
+        """Counted as decoded: a compressed reply (httpx asks for gzip) may grow a
+        thousandfold as it is decoded."""
+        if size > MAX_REPLY_BYTES:
             raise ModelProtocolError(
                 self.base_url,
                 f"the reply passed {MAX_REPLY_BYTES >> 20} MiB and was not read further",
