@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import socket
@@ -918,3 +919,20 @@ def test_a_server_that_answers_with_errors_is_not_called_unreachable(
     said = str(caught.value)
     assert said.startswith(f"the model server at {model_server.url} failed 4 attempts")
     assert "it answers, so see its log" in said and "reachable" not in said
+
+
+def test_the_reply_limit_counts_what_a_compressed_reply_decodes_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 KB of zeros is about 100 bytes gzipped: counted as sent, a compressed reply
+    far past the limit would pass it."""
+    monkeypatch.setattr(http_chat, "MAX_REPLY_BYTES", 20_000)
+    packed = gzip.compress(b"0" * 100_000)
+    assert len(packed) < 1_000
+    with OpenAIClient(base_url="http://127.0.0.1:1", model="m") as client:
+        for read in (client._body, lambda r: list(client._lines(r))):
+            response = httpx.Response(
+                200, headers={"Content-Encoding": "gzip"}, content=iter([packed])
+            )
+            with pytest.raises(ModelProtocolError, match="was not read further"):
+                read(response)
