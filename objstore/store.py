@@ -55,7 +55,7 @@ from .errors import (
     UnknownSpec,
 )
 from .file_paths import check_file_path
-from .files import DIR_MODE, atomic_write, make_dirs, read_file
+from .files import DIR_MODE, FileLock, atomic_write, make_dirs, read_file
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
@@ -98,6 +98,7 @@ BLOCKS_VERSION: Final = 6
 FILES_VERSION: Final = 3
 JOURNAL_VERSION: Final = 4  # heads kept in a pack's journal until it is sealed
 CONFIG_FILE: Final = "ags-store.json"
+JOBS: Final = frozenset({"import"})  # what ``Store.one_at_a_time`` runs one at a time
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
 # The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.
@@ -583,6 +584,23 @@ class Store:
             lock.acquire()
             self._writers[sid] = lock
         return sid
+
+    @contextmanager
+    def one_at_a_time(self, job: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold ``locks/<job>`` inside: of the jobs ``JOBS`` names, one of each runs in a
+        store at a time (two imports at once each took a file for new). Another
+        process's is waited for; ``on_wait`` is called first if there is one."""
+        if job not in JOBS:
+            raise InvalidInput(f"no job {job!r} to run one at a time")
+        lock = FileLock(self.path / "locks" / job)
+        if not lock.acquire(blocking=False):
+            if on_wait is not None:
+                on_wait()
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def release(self, session: str) -> None:
         """Let go of a session's writer lock."""

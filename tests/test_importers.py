@@ -25,7 +25,7 @@ from agent.importers import import_sessions, records
 from agent.importers.records import LINE_DEPTH
 from agent.openai_compat import openai_wire_message
 from cli.main import cli
-from objstore import Store
+from objstore import InvalidInput, Store
 from objstore.packs import MAX_KEPT_CONTENT
 
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -980,3 +980,11 @@ def test_sidechain_records_whose_parents_loop_are_kept_and_said(tmp_path: Path) 
         ]
         kept = json.dumps([e.message for e in s.log(row.session)])
         assert '"uuid": "s1"' in kept and '"uuid": "s2"' in kept
+
+
+def test_only_the_jobs_named_are_run_one_at_a_time(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "store") as s:
+        with s.one_at_a_time("import"):
+            assert (tmp_path / "store" / "locks" / "import").exists()
+        with pytest.raises(InvalidInput, match="no job 'repack'"), s.one_at_a_time("repack"):
+            pass

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from objstore import AgsError, Store
-from objstore.files import FileLock
 
 from ..errors import SourceError
 from . import claude_code, codex, gemini
@@ -64,15 +63,8 @@ def import_sessions(
         return _import_all(store, tool, paths, dry_run, progress)
     # One import of a store at a time: two at once each took a file for new and made
     # a session of it (a claim is read, then written, with no lock between).
-    lock = FileLock(store.path / "locks" / "import")
-    if not lock.acquire(blocking=False):
-        if on_wait is not None:
-            on_wait()
-        lock.acquire()
-    try:
+    with store.one_at_a_time("import", on_wait):
         return _import_all(store, tool, paths, dry_run, progress)
-    finally:
-        lock.release()
 
 
 def _import_all(
