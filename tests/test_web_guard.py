@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -568,3 +569,33 @@ def test_a_store_removed_under_the_server_is_not_made_again(tmp_path: Path) -> N
         assert str(tmp_path) not in r.text
         assert c.get(f"/s/{demo.main}/events?since={head}").status_code == 400
     assert not (tmp_path / "s").exists()
+
+
+def test_ctrl_c_with_live_pages_open_stops_the_server_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """uvicorn waits for open responses before it stops, then cancels them: each live
+    stream printed a CancelledError traceback. The streams end when the server is told
+    to stop, so it stops at once, quietly."""
+    demo = build_demo_store(tmp_path / "s")
+    with Store.open(tmp_path / "s") as s:
+        head = s.session(demo.main).head  # what the page shows: its stream stays open
+    with (
+        ags_serve(tmp_path / "s") as server,
+        httpx.Client(base_url=server.base, timeout=30) as c,
+        ExitStack() as streams,
+    ):
+        path = f"/s/{demo.main}/events?since={head}"
+        opened = [streams.enter_context(c.stream("GET", path)) for _ in range(3)]
+        assert {r.status_code for r in opened} == {200}
+        time.sleep(1.5)  # (the streams have looked at the store)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(signal.SIGINT)  # as `uv run` passes the terminal's on
+        assert server.proc.wait(10) == 130
+        took = time.monotonic() - started
+        for stream in opened:  # each ends as a stream does, not cut off
+            assert "retry: 2000" in "".join(stream.iter_text())
+    said = "".join(server.stderr)
+    assert "Traceback" not in said and "CancelledError" not in said, said
+    assert took < 1.0, took  # (uvicorn's graceful wait is 1 s, then it cancels)

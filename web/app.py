@@ -10,6 +10,7 @@ interrupted.
 from __future__ import annotations
 
 import socket
+from types import FrameType
 from typing import Final
 
 import uvicorn
@@ -53,7 +54,7 @@ def _http_error(request: Request, exc: Exception) -> Response:
     return render(request, "error.html", status_code=status, message=message)
 
 
-def create_app(config: ServeConfig) -> ASGIApp:
+def create_app(config: ServeConfig, watchers: live.Watchers | None = None) -> ASGIApp:
     app = Starlette(
         routes=[
             *pages.ROUTES,
@@ -66,7 +67,7 @@ def create_app(config: ServeConfig) -> ASGIApp:
         exception_handlers={AgsError: _store_error, HTTPException: _http_error},
     )
     app.state.config = config
-    app.state.watchers = live.Watchers(config.store_path)
+    app.state.watchers = watchers or live.Watchers(config.store_path)
     return GuardMiddleware(app, config.guard)
 
 
@@ -89,16 +90,31 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also ends the live streams when told to stop (uvicorn
+    waits for open responses, then cancels them: a traceback each)."""
+
+    def __init__(self, config: uvicorn.Config, watchers: live.Watchers) -> None:
+        super().__init__(config)
+        self.watchers = watchers
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.watchers.close_soon()
+        super().handle_exit(sig, frame)
+
+
 def serve(config: ServeConfig, sock: socket.socket) -> None:
     """Run the server on ``sock`` (from ``bind``) until interrupted."""
-    server = uvicorn.Server(
+    watchers = live.Watchers(config.store_path)
+    server = _Server(
         uvicorn.Config(
-            create_app(config),
+            create_app(config, watchers),
             log_level="warning",
             access_log=False,
             server_header=False,
             timeout_graceful_shutdown=1,
             lifespan="off",
-        )
+        ),
+        watchers,
     )
     server.run(sockets=[sock])

@@ -72,6 +72,7 @@ class Seen:
 class Look(enum.Enum):
     NO_NEWS = "no news"  # the session was not read this time (it was not watched yet)
     FAILED = "failed"  # the store could not be read: the stream ends, the page comes back
+    CLOSED = "closed"  # the server is stopping: the stream ends
 
 
 class Watchers:
@@ -96,15 +97,19 @@ class Watchers:
         self._found: dict[str, SessionInfo | None] | None = {}  # None: the look failed
         self._looked: anyio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     @property
     def streams(self) -> int:
         return len(self._watched)
 
     def join(self, sid: str) -> int | None:
-        """A number for a new stream watching ``sid``, or None if ``limit`` are open."""
-        if len(self._watched) >= self.limit:
+        """A number for a new stream watching ``sid``, or None if ``limit`` are open
+        (or the server is stopping)."""
+        if len(self._watched) >= self.limit or self._closed:
             return None
+        self._loop = asyncio.get_running_loop()
         number = next(self._numbers)
         self._watched[number] = sid
         if self._looked is None:
@@ -116,16 +121,31 @@ class Watchers:
     def leave(self, number: int) -> None:
         self._watched.pop(number, None)
 
+    def close_soon(self) -> None:
+        """End every stream, from any thread or a signal handler (the server stops):
+        uvicorn waits for open responses before it stops, and then cancels them, each
+        with a traceback, while a stream would go on forever."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._close)
+        self._closed = True
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._looked is not None:
+            self._looked.set()  # wakes every stream, which sees CLOSED
+
     async def next_look(self, sid: str) -> SessionInfo | None | Look:
         """What the next look finds for ``sid``: its info, None if it is gone."""
         assert self._looked is not None  # made by join
         await self._looked.wait()
+        if self._closed:
+            return Look.CLOSED
         if self._found is None:
             return Look.FAILED
         return self._found.get(sid, Look.NO_NEWS)
 
     async def _look_while_watched(self) -> None:
-        while self._watched:
+        while self._watched and not self._closed:
             await anyio.sleep(POLL_S)
             sessions = set(self._watched.values())
             if not sessions:
@@ -285,7 +305,7 @@ async def events(request: Request) -> Response:
                 yield ": still here\n\n"
                 quiet = 0.0
             info = await watchers.next_look(sid)
-            if info is Look.FAILED:
+            if info is Look.FAILED or info is Look.CLOSED:
                 return  # the browser comes back in 2 s, and its request says what is wrong
             quiet += POLL_S
 
