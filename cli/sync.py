@@ -284,13 +284,18 @@ def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
     store = open_store(ctx)
     name = _pick_remote(store, name)
     with open_storage(remote(store, name)) as storage:
-        result = fetch(store, storage, name, progress=_progress(not as_json))
+        with store.one_at_a_time("fetch", _say_waiting):
+            result = fetch(store, storage, name, progress=_progress(not as_json))
         stats = _stats(storage.stats)
     if as_json:
         emit_json({"remote": name, **_fetch_json(result), **stats})
     else:
         _print_fetch(name, result)
     _fail_on_damage(name, result)
+
+
+def _say_waiting() -> None:
+    click.echo("ags: waiting for another fetch or pull into this store to finish", err=True)
 
 
 def _fail_on_damage(name: str, result: FetchResult, pulled: Sequence[SessionPull] = ()) -> None:
@@ -345,7 +350,8 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
         if specs:
             tracking = store.tracking_refs(name)
             sessions = [_tracked(store, name, spec, tracking) for spec in specs]
-        fetched, pulled = pull(store, storage, name, sessions, progress=_progress(not as_json))
+        with store.one_at_a_time("fetch", _say_waiting):  # (two at once: one failed)
+            fetched, pulled = pull(store, storage, name, sessions, progress=_progress(not as_json))
         stats = _stats(storage.stats)
     if as_json:
         emit_json(
@@ -441,7 +447,10 @@ def clone_cmd(
     location = parse_location(url, endpoint, region)
     where = Path(directory or location.url.rstrip("/").rsplit("/", 1)[-1]).absolute()
     if where.exists() and (not where.is_dir() or any(where.iterdir())):
-        raise BadRemote(f"{where} exists and is not an empty directory")
+        hint = ""
+        if (where / "ags-store.json").is_file():  # a store (FORMAT.md 2): a clone killed?
+            hint = f" (a store: if a clone there stopped, `ags --store {where} pull` finishes it)"
+        raise BadRemote(f"{where} exists and is not an empty directory{hint}")
     made = not where.exists()
     mode = 0 if made else stat.S_IMODE(where.stat().st_mode)  # Store.open makes it 0700
     try:

@@ -98,7 +98,7 @@ BLOCKS_VERSION: Final = 6
 FILES_VERSION: Final = 3
 JOURNAL_VERSION: Final = 4  # heads kept in a pack's journal until it is sealed
 CONFIG_FILE: Final = "ags-store.json"
-JOBS: Final = frozenset({"import"})  # what ``Store.one_at_a_time`` runs one at a time
+JOBS: Final = frozenset({"import", "fetch"})  # what ``Store.one_at_a_time`` runs one at a time
 LAYOUT: Final = frozenset({CONFIG_FILE, "objects", "refs", "logs", "locks", "tmp", "cache"})
 META_DEPTH: Final = MAX_DEPTH - 1  # a node's meta sits one level inside the node
 # The keys of a session ref's "meta" (FORMAT.md 6.1), each also a SessionInfo field.

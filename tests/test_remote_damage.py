@@ -274,3 +274,38 @@ def test_a_clone_stopped_by_a_signal_removes_what_it_made(
     _out, err = child.communicate(timeout=60)
     assert child.returncode == 128 + signum, err
     assert not target.exists()
+
+
+def test_two_pulls_at_once_both_finish(tmp_path: Path) -> None:
+    """One failed ("ref remotes/origin/... changed while a batch was writing it") in 7
+    of 8 tries; one fetch or pull into a store at a time now, the second waits."""
+    remote, location = directory_remote(tmp_path)
+    with new_store(tmp_path / "a", location) as a:
+        sids = sessions_with(a, 200, 5)
+        with open_storage(location) as storage:
+            result = push(a, storage, [f"sessions/{s}" for s in sids], force=False, seen={})
+            record_push(a, "origin", result)
+    assert ags(tmp_path / "b", "init")[0] == 0
+    assert ags(tmp_path / "b", "remote", "add", "origin", str(remote))[0] == 0
+    args = [sys.executable, "-m", "cli.main", "--store", str(tmp_path / "b"), "pull"]
+    runs = [
+        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    for run in runs:
+        _out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    with Store.open(tmp_path / "b") as b:
+        assert len(b.sessions()) == 200
+        assert check_store(b).problems == []
+
+
+def test_a_clone_into_a_store_left_by_a_killed_clone_says_how_to_finish(
+    tmp_path: Path,
+) -> None:
+    remote, _sids = remote_with_two_sessions(tmp_path)
+    Store.open(tmp_path / "b").close()
+    code, _out, err = ags(None, "clone", str(remote), str(tmp_path / "b"))
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"`ags --store {tmp_path / 'b'} pull` finishes it" in err
