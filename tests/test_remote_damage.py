@@ -309,3 +309,19 @@ def test_a_clone_into_a_store_left_by_a_killed_clone_says_how_to_finish(
     code, _out, err = ags(None, "clone", str(remote), str(tmp_path / "b"))
     assert code == 1 and err.count("\n") == 1, err
     assert f"`ags --store {tmp_path / 'b'} pull` finishes it" in err
+
+
+def test_temporary_files_a_killed_push_left_are_removed_by_a_later_write(
+    tmp_path: Path,
+) -> None:
+    """A push killed while it wrote a pack left the partial file in .ags-tmp for good."""
+    remote, _sids = remote_with_two_sessions(tmp_path)
+    old, young = remote / ".ags-tmp" / "1-aaaa", remote / ".ags-tmp" / "2-bbbb"
+    old.write_bytes(b"x" * 1000)
+    young.write_bytes(b"y")  # (a push under way in another process, perhaps)
+    then = time.time() - 2 * 3600
+    os.utime(old, (then, then))
+    with Store.open(tmp_path / "a") as a:
+        session_with(a, 2, "three")
+    assert ags(tmp_path / "a", "push", "--all")[0] == 0
+    assert not old.exists() and young.exists()

@@ -87,6 +87,7 @@ class DirectoryStorage(RemoteStorage):
                 self._guard(partial(_make_dir_once, self.root / name))
                 if not stat.S_ISDIR(self._guard(partial(os.lstat, self.root / name)).st_mode):
                     raise RemoteError(f"{self.url}: {name} is not a folder (a link?): remove it")
+            self._guard(partial(_remove_stale, self.root / TMP, time.time() - STALE_TMP_S))
             self._prepared = True
 
     @contextmanager
@@ -300,6 +301,20 @@ class DirectoryStorage(RemoteStorage):
 
 PRUNE_RACE_TRIES: Final = 16
 PRUNE_RACE_PAUSE: Final = 0.0005  # seconds, times the tries so far: the most of a pause
+
+
+STALE_TMP_S: Final = 3600.0
+"""A file in ``.ags-tmp`` this old was left by a writer that was killed (a write
+renames its file within moments): the first write of a later command removes it.
+Before, each killed push left its partial pack there for good."""
+
+
+def _remove_stale(folder: Path, before: float) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            with suppress(FileNotFoundError):  # (another writer removed it first)
+                if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < before:
+                    os.unlink(entry.path)
 
 
 def _make_dir_once(path: Path) -> None:
