@@ -284,8 +284,7 @@ def fetch_cmd(ctx: click.Context, name: str | None, as_json: bool) -> None:
     store = open_store(ctx)
     name = _pick_remote(store, name)
     with open_storage(remote(store, name)) as storage:
-        with store.one_at_a_time("fetch", _say_waiting):
-            result = fetch(store, storage, name, progress=_progress(not as_json))
+        result = fetch(store, storage, name, progress=_progress(not as_json), on_wait=_say_waiting)
         stats = _stats(storage.stats)
     if as_json:
         emit_json({"remote": name, **_fetch_json(result), **stats})
@@ -350,8 +349,9 @@ def pull_cmd(ctx: click.Context, args: tuple[str, ...], as_json: bool) -> None:
         if specs:
             tracking = store.tracking_refs(name)
             sessions = [_tracked(store, name, spec, tracking) for spec in specs]
-        with store.one_at_a_time("fetch", _say_waiting):  # (two at once: one failed)
-            fetched, pulled = pull(store, storage, name, sessions, progress=_progress(not as_json))
+        fetched, pulled = pull(
+            store, storage, name, sessions, progress=_progress(not as_json), on_wait=_say_waiting
+        )
         stats = _stats(storage.stats)
     if as_json:
         emit_json(

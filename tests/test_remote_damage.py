@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,20 @@ def ags(store: Path | None, *args: str) -> tuple[int, str, str]:
 
 def remote_with_two_sessions(tmp_path: Path) -> tuple[Path, list[str]]:
     """A directory remote holding two pushed sessions; their ids."""
+    return remote_with(tmp_path, lambda a: [session_with(a, 3, "one"), session_with(a, 2, "two")])
+
+
+def remote_with_many(tmp_path: Path, count: int) -> Path:
+    """A directory remote holding ``count`` sessions of 5 messages (a clone or a pull
+    of it takes a moment)."""
+    return remote_with(tmp_path, lambda a: sessions_with(a, count, 5))[0]
+
+
+def remote_with(tmp_path: Path, make: Callable[[Store], list[str]]) -> tuple[Path, list[str]]:
+    """A directory remote holding the sessions ``make`` writes in store ``a``, pushed."""
     remote, location = directory_remote(tmp_path)
     with new_store(tmp_path / "a", location) as a:
-        sids = [session_with(a, 3, "one"), session_with(a, 2, "two")]
+        sids = make(a)
         with open_storage(location) as storage:
             result = push(a, storage, [f"sessions/{s}" for s in sids], force=False, seen={})
             record_push(a, "origin", result)
@@ -250,12 +262,7 @@ def test_a_clone_stopped_by_a_signal_removes_what_it_made(
 ) -> None:
     """Stopped (SIGSTOP) as soon as its folder appears, so the signal surely comes
     while it works, then sent ``signum`` and let go on."""
-    remote, location = directory_remote(tmp_path)
-    with new_store(tmp_path / "a", location) as a:
-        sids = sessions_with(a, 300, 5)
-        with open_storage(location) as storage:
-            result = push(a, storage, [f"sessions/{s}" for s in sids], force=False, seen={})
-            record_push(a, "origin", result)
+    remote = remote_with_many(tmp_path, 300)
     target = tmp_path / "b"
     child = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "clone", str(remote), str(target)],
@@ -279,12 +286,7 @@ def test_a_clone_stopped_by_a_signal_removes_what_it_made(
 def test_two_pulls_at_once_both_finish(tmp_path: Path) -> None:
     """One failed ("ref remotes/origin/... changed while a batch was writing it") in 7
     of 8 tries; one fetch or pull into a store at a time now, the second waits."""
-    remote, location = directory_remote(tmp_path)
-    with new_store(tmp_path / "a", location) as a:
-        sids = sessions_with(a, 200, 5)
-        with open_storage(location) as storage:
-            result = push(a, storage, [f"sessions/{s}" for s in sids], force=False, seen={})
-            record_push(a, "origin", result)
+    remote = remote_with_many(tmp_path, 200)
     assert ags(tmp_path / "b", "init")[0] == 0
     assert ags(tmp_path / "b", "remote", "add", "origin", str(remote))[0] == 0
     args = [sys.executable, "-m", "cli.main", "--store", str(tmp_path / "b"), "pull"]

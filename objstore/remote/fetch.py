@@ -135,10 +135,25 @@ def _cell_target(value: Any) -> str | None:
 
 
 def fetch(
-    store: Store, storage: RemoteStorage, remote: str, *, progress: Progress | None = None
+    store: Store,
+    storage: RemoteStorage,
+    remote: str,
+    *,
+    progress: Progress | None = None,
+    on_wait: Callable[[], None] | None = None,
 ) -> FetchResult:
     """Bring the remote's heads into ``remotes/<remote>/<session>`` and their objects
-    into the store; create local tags the store does not have."""
+    into the store; create local tags the store does not have. One fetch or pull
+    into a store runs at a time (two pulls at once: one failed on a tracking ref
+    the other's batch was writing); another process's is waited for, ``on_wait``
+    told first."""
+    with store.one_at_a_time("fetch", on_wait):
+        return _fetch(store, storage, remote, progress)
+
+
+def _fetch(
+    store: Store, storage: RemoteStorage, remote: str, progress: Progress | None
+) -> FetchResult:
     result = FetchResult()
     if read_marker(storage) is None:
         return result  # an empty remote: nothing to fetch
@@ -242,10 +257,19 @@ def pull(
     sessions: list[str] | None = None,
     *,
     progress: Progress | None = None,
+    on_wait: Callable[[], None] | None = None,
 ) -> tuple[FetchResult, list[SessionPull]]:
     """Fetch, then fast-forward each local session (all the remote has, or
-    ``sessions``) to its remote-tracking ref, creating the ones the store lacks."""
-    fetched = fetch(store, storage, remote, progress=progress)
+    ``sessions``) to its remote-tracking ref, creating the ones the store lacks.
+    One at a time in a store, as ``fetch``."""
+    with store.one_at_a_time("fetch", on_wait):
+        fetched = _fetch(store, storage, remote, progress)
+        return fetched, _pull_all(store, remote, sessions, fetched)
+
+
+def _pull_all(
+    store: Store, remote: str, sessions: list[str] | None, fetched: FetchResult
+) -> list[SessionPull]:
     tracking = store.tracking_refs(remote)
     damaged = {
         ref_short(r.ref): r.why
@@ -257,8 +281,7 @@ def pull(
         if sid not in tracking and sid not in damaged:
             raise RefConflict(f"remote {remote} has no session {sid}")
     with store.batch():  # one sync for every session moved, not a few per session
-        out = [_pull_one(store, remote, sid, tracking.get(sid), damaged) for sid in wanted]
-    return fetched, out
+        return [_pull_one(store, remote, sid, tracking.get(sid), damaged) for sid in wanted]
 
 
 def _pull_one(
