@@ -87,12 +87,17 @@ def read_file(path: StrPath) -> bytes:
     """The whole content of a store file (FileNotFoundError if there is none)."""
     fd = open_fd(path, os.O_RDONLY)
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_all(fd)
     finally:
         os.close(fd)
+
+
+def read_all(fd: int) -> bytes:
+    """What is left to read of an open file."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def fsync_dir(path: StrPath) -> None:

@@ -48,7 +48,7 @@ from typing import Final, TypeVar
 
 import blake3
 
-from ..files import DIR_MODE, FileLock, make_dir, write_new
+from ..files import DIR_MODE, FileLock, make_dir, read_all, write_new
 from .errors import BucketMissing, RemoteError, SwapFailed
 from .storage import ObjectInfo, RemoteStorage, TransferStats
 
@@ -185,7 +185,7 @@ class DirectoryStorage(RemoteStorage):
             raise RemoteError(f"{self.url}: the directory is not writable by you")
 
     def _read(self, key: str) -> tuple[bytes, str] | None:
-        found = self._read_key(key, _read_all)
+        found = self._read_key(key, read_all)
         self.stats.add(requests=1, received=len(found[0]) if found else 0)
         return (found[0], content_etag(found[0])) if found else None
 
@@ -218,7 +218,7 @@ class DirectoryStorage(RemoteStorage):
             return self._write(key, data)
 
     def _head(self, key: str) -> ObjectInfo | None:
-        found = self._read_key(key, _read_all)
+        found = self._read_key(key, read_all)
         self.stats.add(requests=1, received=len(found[0]) if found else 0)
         if found is None:
             return None
@@ -420,13 +420,6 @@ class _Folders:
 
 _FOLDER: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _mtime(st: os.stat_result) -> datetime:
