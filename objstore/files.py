@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterable
@@ -142,10 +143,13 @@ def write_all(fd: int, data: bytes | bytearray, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def write_new(tmp_dir: StrPath, data: Data, *, durable: bool = True) -> str:
+def write_new(
+    tmp_dir: StrPath, data: Data, *, durable: bool = True, around: tuple[str, str] = ("", "")
+) -> str:
     """Write ``data`` (bytes, or pieces of them in order) to a new uniquely named file
-    in ``tmp_dir``; return its path."""
-    tmp = f"{os.fspath(tmp_dir)}/{os.getpid()}-{secrets.token_hex(8)}"
+    in ``tmp_dir``, ``<pid>-<16 hex digits>`` between the two parts of ``around``;
+    return its path."""
+    tmp = f"{os.fspath(tmp_dir)}/{around[0]}{os.getpid()}-{secrets.token_hex(8)}{around[1]}"
     try:
         fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileNotFoundError:  # someone took tmp/ for a place to clean: make it again
@@ -193,11 +197,18 @@ def replace(tmp: StrPath, dest: StrPath, *, durable: bool = True) -> None:
             fsync_dir(os.path.dirname(directory))
 
 
-def atomic_write(tmp_dir: StrPath, dest: StrPath, data: Data, *, durable: bool = True) -> None:
+def atomic_write(
+    tmp_dir: StrPath,
+    dest: StrPath,
+    data: Data,
+    *,
+    durable: bool = True,
+    around: tuple[str, str] = ("", ""),
+) -> None:
     """The whole protocol: ``dest`` holds ``data`` afterwards, or is unchanged (and no
     temporary file is left: a rename refused, by a directory others cannot write
     to or a directory where ``dest`` would be, is not left for gc to find)."""
-    tmp = write_new(tmp_dir, data, durable=durable)
+    tmp = write_new(tmp_dir, data, durable=durable, around=around)
     try:
         replace(tmp, dest, durable=durable)
     except BaseException:
@@ -234,6 +245,11 @@ def write_private_file(dest: StrPath, data: bytes) -> None:
     Only a regular file (or nothing) is replaced: a symbolic link, a FIFO or a
     device at ``dest`` is refused, as renaming over it would silently turn it
     into a plain file and writing into it would send the data elsewhere.
+
+    The new file is written beside ``dest`` as ``.<name>.<pid>-<hex>.tmp``, a name
+    that says whose it is: a writer killed before its rename leaves it there
+    (nothing can remove it then), and the next write to ``dest`` removes each
+    such file whose process has ended (``_remove_dead_writers``).
     """
     dest = os.path.abspath(dest)
     try:
@@ -246,7 +262,35 @@ def write_private_file(dest: StrPath, data: bytes) -> None:
             raise InvalidInput(f"refusing to write to {dest}: it is {what} (give a regular file)")
     if not os.path.isdir(os.path.dirname(dest)):
         raise InvalidInput(f"cannot write {dest}: no folder {os.path.dirname(dest)}")
-    atomic_write(os.path.dirname(dest), dest, data)
+    folder, name = os.path.split(dest)
+    _remove_dead_writers(folder, name)
+    atomic_write(folder, dest, data, around=(f".{name}.", ".tmp"))
+
+
+def _remove_dead_writers(folder: str, name: str) -> None:
+    """Remove the temporary files of earlier writes to ``folder/name`` whose process
+    has ended (``write_private_file``). One whose process runs, or may (a process
+    of another user), is left alone: it may be a write under way."""
+    pattern = re.compile(re.escape(f".{name}.") + r"([0-9]+)-[0-9a-f]{16}\.tmp")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return  # the write itself names what is wrong with the folder
+    for entry in entries:
+        match = pattern.fullmatch(entry)
+        if match and not _process_runs(int(match[1])):
+            with suppress(OSError):
+                os.unlink(os.path.join(folder, entry))
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's, or not a pid this system can have: not ours to judge
+    return True
 
 
 _FILE_TYPES: Final = {

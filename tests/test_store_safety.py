@@ -393,7 +393,7 @@ def test_export_refuses_a_fifo_a_symlink_or_a_device(
     after = os.lstat(out)
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     assert victim.read_bytes() == VICTIM_TEXT
-    assert not [p for p in tmp_path.iterdir() if p.name[0].isdigit()], "no temporary file left"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "no temporary file left"
 
 
 def test_write_private_file_leaves_nothing_behind_when_refusing(tmp_path: Path) -> None:
@@ -402,6 +402,32 @@ def test_write_private_file_leaves_nothing_behind_when_refusing(tmp_path: Path) 
     with pytest.raises(Exception, match="FIFO"):
         write_private_file(fifo, b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_an_export_killed_before_its_rename_leaves_a_file_the_next_export_removes(
+    tmp_path: Path,
+) -> None:
+    """A writer killed between its write and its rename cannot remove its temporary
+    file. It is named after the target and the writer's process, and the next write
+    to that target removes those whose process has ended, and only those."""
+    out = tmp_path / "session.json"
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        left = tmp_path / f".session.json.{ended.pid}-0123456789abcdef.tmp"
+        under_way = tmp_path / f".session.json.{sleeper.pid}-0123456789abcdef.tmp"
+        other_target = tmp_path / f".notes.json.{ended.pid}-0123456789abcdef.tmp"
+        for path in (left, under_way, other_target):
+            path.write_bytes(b'{"half": ')
+        write_private_file(out, b"{}")
+        assert out.read_bytes() == b"{}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [out.name, under_way.name, other_target.name]
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_an_atomic_write_refused_at_its_rename_leaves_no_temporary_file(tmp_path: Path) -> None:
