@@ -1,5 +1,6 @@
 """A writer killed with SIGKILL in the middle of its writes leaves every key whole or
-absent, on a real SeaweedFS and in a directory: what a killed push relies on."""
+absent, on a real SeaweedFS and in a directory: what a killed push relies on; and a
+killed remote gc does not keep the next one waiting for its lease to run out."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import hashlib
 import multiprocessing
 import os
 import random
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
 from s3_server import S3Server, aws_env_fixture, s3_env_fixture, seaweedfs_fixture  # noqa: F401
+from sync_setup import directory_remote, new_store, session_with
 
-from objstore.remote import RemoteLocation, open_storage
+from cli.main import cli
+from objstore.remote import RemoteLocation, open_storage, push, record_push
+from objstore.remote.layout import GC_LEASE
+from objstore.remote.remote_gc import _take_lease
 
 BODY = 4 << 20  # big enough that a kill lands inside a request, not between two
 
@@ -69,3 +76,42 @@ def test_killed_writers_leave_whole_keys_in_a_directory(tmp_path: Path) -> None:
     # kill did land inside a write (a 4 MiB write takes most of a writer's time).
     assert sorted(os.listdir(tmp_path / "remote")) == [".ags-locks", ".ags-tmp", "packs", "refs"]
     assert os.listdir(tmp_path / "remote" / ".ags-tmp")
+
+
+def hold_the_gc_lease(location: RemoteLocation, started: Any) -> None:
+    """Take remote gc's lease, as a gc does first, and stay (to be killed)."""
+    with open_storage(location) as storage:
+        _take_lease(storage, "0123456789abcdef")
+        started.set()
+        time.sleep(600)
+
+
+def test_a_remote_gc_killed_holding_the_lease_does_not_hold_it_for_the_hour(
+    tmp_path: Path,
+) -> None:
+    """The lease names the gc's host and process (as git gc's gc.pid does): while that
+    process runs, another gc is told who holds the remote; once it is killed, a gc on
+    the same machine takes the lease over at once instead of waiting out the hour."""
+    remote, location = directory_remote(tmp_path)
+    with new_store(tmp_path / "a", location) as a:
+        with open_storage(location) as storage:
+            result = push(a, storage, [f"sessions/{session_with(a, 3)}"], force=False, seen={})
+        record_push(a, "origin", result)
+    ctx = multiprocessing.get_context("spawn")
+    started = ctx.Event()
+    holder = ctx.Process(target=hold_the_gc_lease, args=(location, started))
+    holder.start()
+    try:
+        assert started.wait(60)
+        gc = ["--store", str(tmp_path / "a"), "gc", "--remote", "origin"]
+        refused = CliRunner().invoke(cli, gc)
+        assert refused.exit_code == 1
+        assert f"another remote gc holds {remote}" in refused.stderr
+        assert f"process {holder.pid} on {socket.gethostname()}" in refused.stderr
+    finally:
+        holder.kill()
+        holder.join()
+    done = CliRunner().invoke(cli, gc)
+    assert done.exit_code == 0, done.stderr
+    with open_storage(location) as storage:
+        assert storage.read_cell(GC_LEASE).value is None  # let go at the end, as ever

@@ -30,7 +30,9 @@ written marks it from there (REMOTES.md 6 has the whole argument).
 
 from __future__ import annotations
 
+import os
 import secrets
+import socket
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -85,19 +87,46 @@ def _server_now(storage: RemoteStorage) -> datetime:
 
 
 def _take_lease(storage: RemoteStorage, holder: str) -> None:
+    """Take the lease (module doc, 1): free, run out, or held by a gc of this machine
+    whose process has ended (a gc killed before it let go: as ``git gc`` does with
+    its ``gc.pid``, the host and pid tell, so that no one waits out the hour)."""
     cell = storage.read_cell(GC_LEASE)
     value = cell.value
     held = isinstance(value, dict) and isinstance(value.get("until"), (int, float))
-    if held and value["until"] > time.time() and value.get("holder") != holder:
+    running = held and value["until"] > time.time() and value.get("holder") != holder
+    if running and not _ended_here(value):
+        where = ""
+        if isinstance(value.get("host"), str) and type(value.get("pid")) is int:
+            where = f", process {value['pid']} on {value['host'][:100]}"
         raise RefConflict(
             f"another remote gc holds {storage.url} (until "
-            f"{datetime.fromtimestamp(value['until'], UTC):%Y-%m-%d %H:%M:%S}Z); "
+            f"{datetime.fromtimestamp(value['until'], UTC):%Y-%m-%d %H:%M:%S}Z{where}); "
             "try later"
         )
+    lease = {
+        "holder": holder,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "until": time.time() + LEASE,
+    }
     try:
-        storage.swap(cell, {"holder": holder, "until": time.time() + LEASE})
+        storage.swap(cell, lease)
     except SwapFailed:
         raise RefConflict(f"another remote gc just took {storage.url}; try later") from None
+
+
+def _ended_here(lease: dict[str, object]) -> bool:
+    """Whether a lease was taken by a process of this machine that has ended."""
+    pid = lease.get("pid")
+    if lease.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False  # another user's process, or no pid this machine can have
+    return False
 
 
 def _release_lease(storage: RemoteStorage, holder: str) -> None:
