@@ -115,3 +115,18 @@ def test_a_remote_gc_killed_holding_the_lease_does_not_hold_it_for_the_hour(
     assert done.exit_code == 0, done.stderr
     with open_storage(location) as storage:
         assert storage.read_cell(GC_LEASE).value is None  # let go at the end, as ever
+
+
+def test_a_lease_from_another_machine_is_waited_out_whatever_its_pid(tmp_path: Path) -> None:
+    """No process of that number here proves nothing about another machine's (or
+    container's, or boot's): its lease is waited out, not taken over."""
+    _remote, location = directory_remote(tmp_path)
+    with new_store(tmp_path / "a", location) as a, open_storage(location) as storage:
+        push(a, storage, [f"sessions/{session_with(a, 3)}"], force=False, seen={})
+        lease = {"holder": "fedcba9876543210", "host": socket.gethostname(), "pid": 4_000_000,
+                 "pids": "another-boot/pid:[1]", "until": time.time() + 3600}  # fmt: skip
+        storage.swap(storage.read_cell(GC_LEASE), lease)
+    refused = CliRunner().invoke(cli, ["--store", str(tmp_path / "a"), "gc", "--remote", "origin"])
+    assert refused.exit_code == 1 and "another remote gc holds" in refused.stderr
+    with open_storage(location) as storage:
+        assert storage.read_cell(GC_LEASE).value == lease

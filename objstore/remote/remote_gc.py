@@ -89,7 +89,7 @@ def _server_now(storage: RemoteStorage) -> datetime:
 def _take_lease(storage: RemoteStorage, holder: str) -> None:
     """Take the lease (module doc, 1): free, run out, or held by a gc of this machine
     whose process has ended (a gc killed before it let go: as ``git gc`` does with
-    its ``gc.pid``, the host and pid tell, so that no one waits out the hour)."""
+    its ``gc.pid``, the pid tells, so that no one waits out the hour)."""
     cell = storage.read_cell(GC_LEASE)
     value = cell.value
     held = isinstance(value, dict) and isinstance(value.get("until"), (int, float))
@@ -107,6 +107,7 @@ def _take_lease(storage: RemoteStorage, holder: str) -> None:
         "holder": holder,
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "pids": _pid_space(),
         "until": time.time() + LEASE,
     }
     try:
@@ -115,10 +116,23 @@ def _take_lease(storage: RemoteStorage, holder: str) -> None:
         raise RefConflict(f"another remote gc just took {storage.url}; try later") from None
 
 
+def _pid_space() -> str | None:
+    """What names this process's pids apart from every other machine's, boot's and
+    container's: the kernel's boot id and the pid namespace; None where there is no
+    /proc to tell (a lease then runs out, never is taken over)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
 def _ended_here(lease: dict[str, object]) -> bool:
-    """Whether a lease was taken by a process of this machine that has ended."""
-    pid = lease.get("pid")
-    if lease.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
+    """Whether a lease was taken by a process of this machine (the same pid space: a
+    host name alone is no proof, many machines are called localhost) that has ended."""
+    pid, here = lease.get("pid"), _pid_space()
+    if here is None or lease.get("pids") != here or type(pid) is not int or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
