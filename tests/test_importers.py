@@ -778,6 +778,28 @@ def claude_chain(path: Path, count: int) -> bytes:
     return whole
 
 
+def test_an_older_copy_of_a_session_file_elsewhere_is_the_same_session(tmp_path: Path) -> None:
+    """A copied folder (a backup) holds the session as it was; the original grows. The
+    copy is all in the session already: before, the second run made it a fork, the
+    identity's newest claimant, which the original's next records would go to."""
+    name = "44444444-4444-4444-8444-444444444444.jsonl"
+    live, backup = tmp_path / "claude" / "-home-ana-p" / name, tmp_path / "backup" / name
+    claude_chain(live, 6)
+    backup.parent.mkdir()
+    backup.write_bytes(live.read_bytes())
+    with Store.open(tmp_path / "store") as s:
+        first = import_sessions(s, "claude-code", [live, backup])
+        claude_chain(live, 10)
+        runs = [import_sessions(s, "claude-code", [live, backup]) for _ in range(3)]
+        said = [{Path(r.source).parent.name: r.status for r in rows} for rows in runs]
+        assert said[0] == {"-home-ana-p": "updated", "backup": "unchanged"}, runs[0]
+        for later, rows in zip(said[1:], runs[1:], strict=True):
+            assert later == {"-home-ana-p": "unchanged", "backup": "unchanged"}, rows
+        (info,) = s.sessions()
+        assert info.id == first[0].session and info.messages == 10
+        assert (info.imported or {})["path"] == str(live)
+
+
 def test_a_damaged_line_that_breaks_the_chain_is_said_to_hide_what_came_before(
     tmp_path: Path,
 ) -> None:

@@ -17,7 +17,10 @@ The decision, per source file:
   since (the head moved), the new records go to a fork at the import point;
 * otherwise the source changed its past: the newest message of the old session
   whose ``source.digest`` matches the new records at its ``source.through`` is
-  where the new session forks; the old one is left as it is.
+  where the new session forks; the old one is left as it is. Unless the source
+  is another file than the one the session was imported from and all of it is
+  that session's already (an older copy: a backup, a copied folder): then it
+  is ``unchanged``, and nothing is written, its claim included.
 * a source no session claims, whose first records are a session imported
   from another file (Claude Code copies the history it resumes), forks that
   session where the copy ends, so the history is stored once.
@@ -118,7 +121,7 @@ def unchanged_by_stat(claims: Claims, path: Path, size: int, mtime_ns: int) -> S
 
 @dataclass(slots=True)
 class _Plan:
-    action: str  # "append", "fork", "new", "nothing"
+    action: str  # "append", "fork", "new", "nothing", "copy" (nothing, and not claimed)
     session: str | None = None  # append: the session; fork: the session forked from
     spec: str | None = None  # fork: where
     start: int = 0  # records already in the base
@@ -135,11 +138,15 @@ def write_source(store: Store, src: Source, claims: Claims, *, dry_run: bool) ->
     for key in keys:
         digests.append(chain_digest(digests[-1], key))
     own = claims.by_identity.get(src.identity)
-    plan = _plan(store, own, claims, keys, digests)
+    plan = _plan(store, own, claims, keys, digests, src.path)
     row.records = len(keys)
     if own is not None and own.archived and plan.action != "nothing":
         row.session, row.messages, row.records = own.id, own.messages, _records(own)
         row.problems.append(f"session {own.id} is archived; unarchive it to import what was added")
+        return row
+    if plan.action == "copy":
+        assert own is not None
+        row.session, row.messages = own.id, own.messages
         return row
     if plan.action == "nothing":
         assert own is not None
@@ -265,6 +272,7 @@ def _plan(
     claims: Claims,
     keys: list[str],
     digests: list[str],
+    path: Path,
 ) -> _Plan:
     if own is not None:
         imp = own.imported or {}
@@ -278,6 +286,11 @@ def _plan(
             # Someone went on with the imported session in ags: keep their work, fork.
             return _Plan("fork", own.id, imp.get("head") or None, n, seq + 1)
         spec, n = _fork_point(store, own, digests)
+        if spec is not None and n == len(keys) and str(path) != imp.get("path"):
+            # Another file holding an older state of the session (a backup, a copied
+            # folder): all of it is in the session already. As a fork, it became the
+            # identity's newest claimant, and the original's next records went to it.
+            return _Plan("copy", own.id)
         if spec is not None:
             return _Plan("fork", own.id, spec, n, seq + 1)
         return _Plan("new", own.id, None, 0, seq + 1)
