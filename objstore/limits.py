@@ -15,6 +15,7 @@ then rely on a depth far below Python's recursion limit.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final
 
 import orjson
@@ -72,7 +73,9 @@ def depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) -> Any:
+def parse_json(
+    text: str | bytes, max_depth: int = MAX_DEPTH, *, huge_as_text: bool = False, **options: Any
+) -> Any:
     """``json.loads`` that refuses nesting beyond ``max_depth`` with NestingTooDeep.
 
     The standard parser recurses once per level and gives up, with a
@@ -86,9 +89,18 @@ def parse_json(text: str | bytes, max_depth: int = MAX_DEPTH, **options: Any) ->
     limit) goes to the standard parser, which accepts or refuses it as always.
     orjson reads an integer beyond 64 bits as a float, so a value holding a float
     that big is read again by the standard parser.
+
+    ``huge_as_text``: for files of other programs, which may hold anything. A number
+    no double holds (``1e400``) is kept as its text, not read as an infinity the
+    store refuses, and ``NaN`` and ``Infinity`` are refused (ValueError). orjson
+    still parses first: it refuses all three, which then go to the standard parser.
     """
     value: Any
-    if options:
+    if huge_as_text:
+        if options:
+            raise TypeError("parse_json: huge_as_text takes no other options")
+        options = _HUGE_AS_TEXT  # for the standard parser, when orjson passes the text on
+    if options and not huge_as_text:
         value = _standard(text, max_depth, options)
     else:
         try:
@@ -233,6 +245,21 @@ def _holds_a_big_float(value: Any) -> bool:
         elif kind is float and not -_BIG < item < _BIG:
             return True
     return False
+
+
+def _finite_or_text(text: str) -> float | str:
+    value = float(text)
+    return value if value not in (math.inf, -math.inf) else text
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_HUGE_AS_TEXT: Final[dict[str, Any]] = {
+    "parse_float": _finite_or_text,
+    "parse_constant": _no_constant,
+}
 
 
 def _standard(text: str | bytes, max_depth: int, options: dict[str, Any]) -> Any:

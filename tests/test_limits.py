@@ -521,3 +521,39 @@ def test_fsck_s_quick_check_of_a_blob_refuses_exactly_what_a_read_refuses():
             assert type(raised.value) is type(e), text
         else:
             check_json_text(text)
+
+
+def test_huge_as_text_reads_what_the_standard_parser_with_its_rule_reads():
+    """Importers read other programs' lines with ``huge_as_text``: orjson first, the
+    standard parser (a number no double holds kept as its text, NaN and Infinity
+    refused) for what orjson passes on. Both ways give the same values."""
+
+    def standard(text: bytes) -> Any:
+        def finite(t: str) -> float | str:
+            return t if float(t) in (float("inf"), float("-inf")) else float(t)
+
+        def refuse(name: str) -> Any:
+            raise ValueError(name)
+
+        return json.loads(text, parse_float=finite, parse_constant=refuse)
+
+    texts = [
+        b'{"a": [1, 2.5, -0.0, "x"], "b": {"c": null, "d": true}}',
+        b'{"n": 1e400, "m": -1e400, "k": 1.5}',
+        b'{"big": 123456789012345678901234567890, "f": 1e300}',
+        b'{"s": "\\ud83d\\ude00", "t": "\\u00e9"}',
+        b'{"lone": "\\ud800"}',
+        b"[1e16, 0.1, 12345678901234567890.5]",
+    ]
+    for text in texts:
+        value = parse_json(text, 500, huge_as_text=True)
+        assert value == standard(text) and repr(value) == repr(standard(text)), text
+    assert parse_json(b'{"n": 1e400}', huge_as_text=True) == {"n": "1e400"}
+    for refused in (b'{"n": NaN}', b"[Infinity]", b"-Infinity", b'{"a": }'):
+        with pytest.raises(ValueError):
+            parse_json(refused, 500, huge_as_text=True)
+    deep = b"[" * 501 + b"]" * 501
+    with pytest.raises(NestingTooDeep):
+        parse_json(deep, 500, huge_as_text=True)
+    with pytest.raises(TypeError):
+        parse_json(b"1", huge_as_text=True, parse_float=float)
