@@ -108,16 +108,18 @@ def parse_json(
         except orjson.JSONDecodeError:
             value = _standard(text, max_depth, options)
         else:
-            if max_depth < _WALK_DEPTH:
-                # One walk checks both the nesting and what orjson may get wrong: it
-                # costs less than counting brackets in the text, and a context is
-                # thousands of short texts.
-                found = _unusual(value, max_depth)
-                if found == TOO_DEEP:
-                    raise NestingTooDeep(max_depth)
-                if found == BIG_FLOAT:  # perhaps an integer beyond 64 bits: read it exactly
-                    value = _standard(text, max_depth, options)
+            # One walk checks both the nesting and what orjson may get wrong: it
+            # costs less than counting brackets in the text, and a context is
+            # thousands of short texts. (It recurses: a limit beyond what it can walk
+            # is walked up to there, and only a value nested deeper than that, a
+            # rare one, is looked at again below.)
+            found = _unusual(value, min(max_depth, _WALK_DEPTH - 1))
+            if found == BIG_FLOAT:  # perhaps an integer beyond 64 bits: read it exactly
+                return _standard(text, max_depth, options)
+            if found == 0:
                 return value
+            if max_depth < _WALK_DEPTH:
+                raise NestingTooDeep(max_depth)
             if _holds_a_big_float(value):
                 value = _standard(text, max_depth, options)
     # Nesting cannot be deeper than the number of containers opened: most texts

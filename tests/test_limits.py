@@ -555,5 +555,12 @@ def test_huge_as_text_reads_what_the_standard_parser_with_its_rule_reads():
     deep = b"[" * 501 + b"]" * 501
     with pytest.raises(NestingTooDeep):
         parse_json(deep, 500, huge_as_text=True)
+    # Past the depth the quick walk looks at, within the limit: read, numbers exact.
+    for inner in (b"1", b"123456789012345678901234567890"):
+        text = b"[" * 300 + inner + b"]" * 300
+        value = parse_json(text, 500, huge_as_text=True)
+        for _ in range(300):
+            (value,) = value
+        assert value == int(inner)
     with pytest.raises(TypeError):
         parse_json(b"1", huge_as_text=True, parse_float=float)
