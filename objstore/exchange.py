@@ -10,7 +10,8 @@ Documents of version 1 (no file objects) import as they always did.
 Import trusts nothing in the file. It reads no more than the document limit,
 parses with a nesting limit, checks the schema, recomputes every id, checks
 each object's size, parses every node, and checks every link before it writes
-anything; then it writes the objects (one sync) and the ref last. Times in the
+anything; then it writes the objects (one sync), each after every object it
+links to, and the ref last. Times in the
 session metadata are normalised, and a time in the future is clamped to the
 moment of import. Importing the same file twice changes nothing the second
 time; importing a later export of the same session moves its head forward; a
@@ -26,7 +27,7 @@ import os
 import stat
 import time
 from calendar import timegm
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
@@ -51,7 +52,7 @@ from .limits import (
     parse_json,
 )
 from .nodes import Node, parse_node
-from .reach import node_links
+from .reach import in_link_order, node_links
 from .refs import now_iso, second_text, session_ref
 from .store import META_FIELDS, Store, new_session_id
 from .walk import walk
@@ -324,7 +325,8 @@ def import_document(
     else:
         _check_existing(store, sid, head, nodes)
     with store.batch():
-        for oid, (kind, body) in by_id.items():
+        for oid in _write_order(by_id, nodes):
+            kind, body = by_id[oid]
             if store.put_raw(kind, body) != oid:  # cannot happen: checked above
                 raise BadExport(f"object {oid} changed while it was imported")
         if sid is None:
@@ -337,6 +339,15 @@ def import_document(
         except RefConflict:
             raise RefConflict(f"session {sid} moved while it was being imported") from None
     return ImportResult(sid, head, len(by_id), action)
+
+
+def _write_order(by_id: dict[str, tuple[str, bytes]], nodes: dict[str, Node]) -> Iterator[str]:
+    """The document's objects in the order import writes them: blobs and files first,
+    then each node after every node it links to (``reach.in_link_order``), whatever
+    the document's order (ags writes the newest node first). An import killed midway
+    then leaves only objects whose links all name objects written before them."""
+    yield from (oid for oid, (kind, _body) in by_id.items() if kind != "node")
+    yield from (oid for oid in in_link_order(nodes, nodes.__getitem__) if oid in nodes)
 
 
 def _import_time(text: str, where: str) -> int:

@@ -31,7 +31,7 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Container, Iterator
-from contextlib import suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
@@ -956,9 +956,21 @@ class ObjectStore:
         """Write block records verified by the caller (``verified_block_pack``, or a
         fetch's ranged reads) as the same records into a new sealed pack; return how
         many objects they hold that this store did not have (none: nothing written)."""
-        new = {oid for _rec, members in blocks for oid, _i, _n in members if not self.has(oid)}
-        if not new:
-            return 0
+        staging = self.block_staging()
+        try:
+            new = staging.add(blocks)
+            staging.commit()
+        except BaseException:
+            staging.abandon()
+            raise
+        return new
+
+    def block_staging(self, turn: AbstractContextManager[Any] | None = None) -> BlockStaging:
+        """A pack of block records from elsewhere that appears in ``pack/`` only once it
+        is whole (``BlockStaging``); each of its calls is made inside ``turn``."""
+        return BlockStaging(self, turn or nullcontext())
+
+    def _new_block_writer(self, *, hidden: bool = False) -> BlockPackWriter:
         self._before_blocks()
         if self._before_files is not None:
             # It may hold file objects (4.3), which an ags of store version 2 would
@@ -966,16 +978,7 @@ class ObjectStore:
             self._before_files()
             self._before_files = None
         make_dirs(self.pack_dir)
-        writer = BlockPackWriter(self.pack_dir, self._tmp_dir)
-        try:
-            for record, members in blocks:
-                writer.add_block_record(record, members)
-            writer.seal()
-        except BaseException:
-            writer.abandon()
-            raise
-        self._sealed[writer.name] = SealedPack(writer.path)
-        return len(new)
+        return BlockPackWriter(self.pack_dir, self._tmp_dir, hidden=hidden)
 
     def repack(self) -> int:
         """Merge small sealed packs into one if there are too many (repack.py); return how
@@ -1150,3 +1153,68 @@ class ObjectStore:
         self._relied_on.clear()
         self._open.clear()
         self._sealed.clear()
+
+
+Block = tuple[bytes, list[tuple[str, int, int]]]  # a block record and its (id, offset, length)
+
+
+class BlockStaging:
+    """Block records from elsewhere (a fetch's packs, verified by the caller) gathered
+    into one new block pack that stays in ``tmp/`` until ``commit`` seals it and
+    renames it into ``pack/``: a fetch is all there or not at all. The packs of a
+    remote name one another's objects (a node in one, its parent or its message in
+    another), so a fetch killed after some of them were added left nodes whose links
+    named nothing (``ags fsck``: "parent names missing"); killed before ``commit``, it
+    now leaves only a file of ``tmp/`` (removed by a later repack), and once its
+    rename is done, a pack whose records are all there (an index missing: written
+    from them by the recovery of any process that opens the store).
+
+    A block none of whose objects is new here (in the store or staged) is not
+    copied: the packs of a remote may hold an object more than once."""
+
+    def __init__(self, store: ObjectStore, turn: AbstractContextManager[Any]) -> None:
+        self._store = store
+        self._turn = turn  # the Store handle's turn (turns.py)
+        self._writer: BlockPackWriter | None = None
+
+    def has(self, oid: str) -> bool:
+        """Whether the store or this staging holds ``oid``."""
+        with self._turn:
+            return self._store.has(oid) or (self._writer is not None and oid in self._writer)
+
+    def add(self, blocks: list[Block]) -> int:
+        """Stage ``blocks``; return how many objects they hold that were new here."""
+        with self._turn:
+            return self._add(blocks)
+
+    def _add(self, blocks: list[Block]) -> int:
+        new: set[str] = set()
+        for record, members in blocks:
+            fresh = {oid for oid, _i, _n in members if oid not in new and not self.has(oid)}
+            if not fresh:
+                continue
+            if self._writer is None:
+                self._writer = self._store._new_block_writer(hidden=True)
+            self._writer.add_block_record(record, members)
+            new |= fresh
+        return len(new)
+
+    def commit(self) -> None:
+        """Seal the staged pack into ``pack/`` (nothing if nothing was staged)."""
+        with self._turn:
+            w, self._writer = self._writer, None
+            if w is None:
+                return
+            try:
+                w.seal()
+            except BaseException:
+                w.abandon()
+                raise
+            self._store._sealed[w.name] = SealedPack(w.path)
+
+    def abandon(self) -> None:
+        """Drop what was staged."""
+        with self._turn:
+            w, self._writer = self._writer, None
+            if w is not None:
+                w.abandon()

@@ -180,14 +180,21 @@ class PackWriter:
     """The one open, growing pack of a store handle. Holds the pack's flock (not in
     a child of a fork: forks.py)."""
 
-    def __init__(self, pack_dir: Path, tmp_dir: Path, magic: bytes = PACK_MAGIC) -> None:
+    def __init__(
+        self, pack_dir: Path, tmp_dir: Path, magic: bytes = PACK_MAGIC, *, hidden: bool = False
+    ) -> None:
         self.name = new_pack_name()
         self.path = pack_dir / f"{self.name}.pack"
         self._tmp_dir = tmp_dir
         # Locked before it is visible, so no reader ever mistakes it for an abandoned
         # pack; its header durable before it is visible, so a power loss never leaves
-        # a visible pack without one.
+        # a visible pack without one. ``hidden``: it stays in tmp/ (``path``) until its
+        # seal renames it to ``final`` (BlockPackWriter), so a writer killed before
+        # leaves nothing any reader takes in, only a file of tmp/ for repack to remove.
         tmp = tmp_dir / f"{self.name}.pack"
+        self.final = self.path
+        if hidden:
+            self.path = tmp
         try:
             fd = open_fd(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         except FileNotFoundError:  # tmp/ was removed by hand: make it again
@@ -198,7 +205,8 @@ class PackWriter:
             fcntl.flock(fd, fcntl.LOCK_EX)
             write_all(fd, magic + bytes(zeros), 0)
             os.fsync(fd)
-            os.rename(tmp, self.path)
+            if not hidden:
+                os.rename(tmp, self.path)
         except BaseException:
             os.close(fd)
             with suppress(FileNotFoundError):
@@ -489,8 +497,10 @@ class BlockPackWriter(PackWriter):
     about 250 bytes an object at its peak, 13 MB at most, where an answer costs a
     third of the ``IdSet``'s Python, and a merge asks one for every object it copies."""
 
-    def __init__(self, pack_dir: Path, tmp_dir: Path, expected: int = 0) -> None:
-        super().__init__(pack_dir, tmp_dir, BLOCK_PACK_MAGIC)
+    def __init__(
+        self, pack_dir: Path, tmp_dir: Path, expected: int = 0, *, hidden: bool = False
+    ) -> None:
+        super().__init__(pack_dir, tmp_dir, BLOCK_PACK_MAGIC, hidden=hidden)
         self._buckets = [bytearray() for _ in range(256)]
         self._expected = expected
         self._prefixes: IdSet | set[bytes] | None = None  # made when first needed (``_written``)
@@ -645,6 +655,9 @@ class BlockPackWriter(PackWriter):
     def seal(self) -> None:
         self._flush()
         self.sync()
+        if self.path != self.final:  # hidden: whole and durable, now it appears
+            os.rename(self.path, self.final)
+            self.path = self.final  # the index's rename below syncs the directory
         chunks = sorted_index_chunks(self._buckets, self.size, version=2)
         atomic_write(self._tmp_dir, self.path.with_suffix(".idx"), _joined(chunks))
         self.release()

@@ -4,13 +4,14 @@ A node links to its parent (a node), its message or summary (a blob), its
 state (a blob), a compaction's kept nodes, and a span's messages (blobs) and
 the node the span starts after, and the ``file`` objects of the files it
 changed (before and after). Blobs and files link to nothing. gc marks with this,
-fsck checks every link with it, export follows it.
+fsck checks every link with it, export follows it, and a push and an import
+write in its order (``in_link_order``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .errors import ObjectError
@@ -124,3 +125,53 @@ def reach_into(
                 else:
                     stack.append(link.target)
     return seen
+
+
+def in_link_order(roots: Iterable[str | None], node: Callable[[str], Node]) -> Iterator[str]:
+    """Every object id the node ids ``roots`` reach (what ``reachable`` returns), each
+    once, and each after every object it links to: a node's blobs and files when the
+    node is first read, the node itself once every node it links to has come. The
+    order to write in when the writer may be killed midway (a push's packs, an
+    import): whatever part of it was written, every link of every object in that
+    part names an object written before it, so nothing written is left naming what
+    is not there (``ags fsck``: "parent names missing"). A node that cannot be read
+    comes as itself, not followed (as in ``reachable``).
+
+    A depth-first walk without recursion: its stack holds, for each node on the
+    way down a chain (a session of a million messages: a million), its id and the
+    ids of the nodes it links to that are still to come."""
+    seen: set[str] = set()
+    for root in roots:
+        if root is None or root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, (yield from _open(root, node, seen)))]
+        while stack:
+            oid, pending = stack[-1]
+            while pending and pending[-1] in seen:
+                pending.pop()
+            if pending:
+                child = pending.pop()
+                seen.add(child)
+                stack.append((child, (yield from _open(child, node, seen))))
+            else:
+                stack.pop()
+                yield oid
+
+
+def _open(oid: str, node: Callable[[str], Node], seen: set[str]) -> Generator[str, None, list[str]]:
+    """Yield the blobs and files ``oid`` links to that were not seen; return the nodes
+    it links to (all of them: which were seen is asked when their turn comes)."""
+    try:
+        n = node(oid)
+    except ObjectError:
+        return []
+    nodes = []
+    for link in node_links(n):
+        if link.kind == "node":
+            nodes.append(link.target)
+        elif link.target not in seen:
+            seen.add(link.target)
+            yield link.target
+    nodes.reverse()  # the parent first
+    return nodes

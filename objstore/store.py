@@ -60,7 +60,7 @@ from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
 from .nodes import SPAN_EVERY, FileChange, Node, NodeType, Span, encode_node, parse_node
-from .object_store import ObjectStore, SweepResult
+from .object_store import BlockStaging, ObjectStore, SweepResult
 from .packs import Checked, SealedPack
 from .permissions import check_store_access, shared_allowed
 from .reflog import ReflogEntry
@@ -1333,6 +1333,20 @@ class Store:
         """Add block records from elsewhere, each verified by the caller (a fetch's
         ranged reads, objstore/remote/ranged.py); return how many objects were new."""
         return self.objects.add_blocks(blocks)
+
+    @contextmanager
+    def staged_blocks(self) -> Iterator[BlockStaging]:
+        """Gather block records from elsewhere (``BlockStaging.add``, verified by the
+        caller) into one pack that appears in the store only when the block ends
+        without an error: a fetch killed midway leaves none of its objects, rather
+        than some whose links name others it had not added yet."""
+        staging = self.objects.block_staging(self._turns)
+        try:
+            yield staging
+        except BaseException:
+            staging.abandon()
+            raise
+        staging.commit()
 
     def tracking_refs(self, remote: str) -> dict[str, RefRecord]:
         """The remote-tracking refs of ``remote``, by session id (FORMAT.md 6)."""

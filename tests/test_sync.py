@@ -304,7 +304,7 @@ def _big_and_small(tmp_path: Path, location: RemoteLocation) -> tuple[Store, Sto
     rng = random.Random(3)
     big = a.new_session(title="big")
     with a.batch():
-        for i in range(1500):
+        for i in range(1700):
             a.append(big, {"role": "user", "content": f"{i} {rng.randbytes(400).hex()}"})
     small = session_with(a, 3, "small")
     with open_storage(usb) as storage:

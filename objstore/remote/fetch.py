@@ -6,11 +6,12 @@ moved is one LIST), and, if a head it learns is not here, fetches the packs
 it has not fetched before: each index first, then, if it lists an object this
 store lacks, the blocks holding those (ranged reads, ranged.py) or the whole
 pack when most of it is needed. A pack is added only after every block and object
-in it verified and its index matched (``Store.add_pack``). The
-remote-tracking refs ``remotes/<name>/<session>`` move last, in one batch,
-and only to heads that are here, so a fetch killed midway leaves them
-naming objects the store holds (the packs already added are kept; local
-gc's grace period covers any nothing names).
+in it verified and its index matched; what every pack brings goes into one
+local pack that appears only once all of them are in (``Store.staged_blocks``),
+so a fetch killed midway adds no object at all, never one whose links name
+objects it had not fetched yet. The remote-tracking refs
+``remotes/<name>/<session>`` move last, in one batch, and only to heads that
+are here, so a fetch killed midway leaves them naming objects the store holds.
 
 ``pull`` fetches, then moves each local session to its tracking ref when
 that is a fast-forward (or creates it); a session that diverged is left as
@@ -29,6 +30,7 @@ from .. import canonical
 from ..errors import RefConflict, SessionBusy
 from ..files import atomic_write, make_dirs, read_file
 from ..pack_format import BLOCK_IDX_ENTRY, ENTRIES_AT, parse_index
+from ..packs import verified_block_pack
 from ..refs import RefRecord, ref_kind, ref_short, session_ref, tracking_ref
 from ..session_meta import meta_damage
 from ..store import Store, session_info
@@ -112,19 +114,26 @@ def fetch_packs(
     )
     todo = [n for n in names if n not in done]
     packs = objects = 0
-    for i, name in enumerate(todo):
-        index = storage.get(index_key(name))
-        where = f"{storage.url} pack {name}"
-        if not all(store.has_object(oid) for oid in index_ids(index, where)):
-            part = fetch_pack_part(store, storage, name, index, where)
-            if part is None:  # most of it is needed: one GET of the whole
-                objects += store.add_pack(storage.get(pack_key(name)), index, where)
-            else:
-                objects += part[0]
-            packs += 1
-        done.add(name)
-        if progress is not None:
-            progress("fetching packs", i + 1, len(todo))
+    # One local pack for the whole fetch, in the store only once every remote pack is
+    # in it: a remote's packs name one another's objects, in no order their names
+    # tell, so a fetch killed after some of them left nodes whose parents it had not
+    # fetched yet (Store.staged_blocks).
+    with store.staged_blocks() as staging:
+        for i, name in enumerate(todo):
+            index = storage.get(index_key(name))
+            where = f"{storage.url} pack {name}"
+            if not all(staging.has(oid) for oid in index_ids(index, where)):
+                part = fetch_pack_part(staging, storage, name, index, where)
+                if part is None:  # most of it is needed: one GET of the whole
+                    pack = storage.get(pack_key(name))
+                    objects += staging.add(verified_block_pack(pack, index, where))
+                    del pack
+                else:
+                    objects += part[0]
+                packs += 1
+            done.add(name)
+            if progress is not None:
+                progress("fetching packs", i + 1, len(todo))
     if todo:
         _save_fetched_packs(store, remote, done & set(names))
     return packs, objects

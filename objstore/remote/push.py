@@ -41,7 +41,7 @@ from ..id_set import IdSet
 from ..nodes import SPAN_EVERY, Node, parse_node
 from ..objects import ID_RE
 from ..packs import encode_block_pack
-from ..reach import node_links, reachable, scanning
+from ..reach import in_link_order, node_links, scanning
 from ..refs import RefRecord, ref_kind, ref_short
 from ..store import Store
 from ..walk import walk
@@ -134,18 +134,20 @@ def nodes_since(store: Store, head: str, base: str) -> list[str] | None:
 
 
 def _new_objects(store: Store, new_nodes: list[str], base: str) -> Iterator[str]:
-    """The nodes ``new_nodes`` and what they link to that is not linked from ``base``
-    and the SPAN_EVERY nodes before it (all on the remote already)."""
+    """The nodes ``new_nodes`` (newest first) and what they link to that is not linked
+    from ``base`` and the SPAN_EVERY nodes before it (all on the remote already);
+    oldest first, each node after its blobs and files (``send_objects`` says why)."""
     known: set[str] = set()
     for i, node in enumerate(walk(base, store.node)):
         if i > SPAN_EVERY:
             break
         known.update(link.target for link in node_links(node) if link.kind != "node")
-    for node_id in new_nodes:
-        yield node_id
+    for node_id in reversed(new_nodes):
         for link in node_links(store.node(node_id)):
             if link.kind != "node" and link.target not in known:
+                known.add(link.target)
                 yield link.target
+        yield node_id
 
 
 @dataclass(slots=True)
@@ -246,7 +248,7 @@ def _plan(
         plan = _Plan(rec.name, rec, cell, "created", frozenset([fork_point, *since]))
         return plan, _new_objects(store, since, fork_point)
     if old is None or force:
-        closure = reachable([head], reader.node)
+        closure = list(in_link_order([head], reader.node))  # send_objects says why
         outcome = "created" if old is None else "forced"
         return _Plan(rec.name, rec, cell, outcome, frozenset(closure), True), closure
     return _Plan(rec.name, rec, cell, "rejected"), ()
@@ -291,6 +293,12 @@ def send_objects(
     after_pack: Callable[[], None] | None = None,
 ) -> int:
     """Send ``oids`` as block packs, each pack before its index; return how many packs.
+
+    ``oids`` comes in link order (``reach.in_link_order``): each object after the
+    objects it links to that the remote lacks. A push killed between two packs
+    leaves its packs behind (remote gc's to sweep), and a fetch or clone meanwhile
+    takes them in: every link in them must name an object the remote holds, or that
+    store's fsck finds nodes whose parents are missing.
 
     Objects are compressed block by block as they are read, so what is held is one
     pack's compressed bytes and index entries, never its objects. ``oids`` may be a

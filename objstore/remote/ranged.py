@@ -15,7 +15,7 @@ BLAKE3 of its payload, its frame decompressing within the bound to whole
 entries, each object hashing to its id; and here also the index's own
 checksum, and that every object the index places in a block read is there,
 where it says. The blocks are then written as the same records into a
-new local pack (``Store.add_blocks``).
+new local pack (``Store.staged_blocks``: one for a whole fetch).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Final
 import blake3
 
 from ..errors import CorruptObject, DamagedPack
+from ..object_store import BlockStaging
 from ..pack_format import (
     BLOCK_IDX_ENTRY,
     CHECKSUM_BYTES,
@@ -35,7 +36,6 @@ from ..pack_format import (
     parse_index,
 )
 from ..packs import verified_block
-from ..store import Store
 from .layout import pack_key
 from .storage import RemoteStorage
 
@@ -122,16 +122,16 @@ def read_blocks(
 
 
 def fetch_pack_part(
-    store: Store, storage: RemoteStorage, pack: str, index: bytes, where: str
+    staging: BlockStaging, storage: RemoteStorage, pack: str, index: bytes, where: str
 ) -> tuple[int, int] | None:
-    """Add to ``store`` the blocks of the remote pack ``pack`` holding objects it lacks,
-    read by ranges: (objects new here, bytes read); None if the pack is better read
-    whole (the caller does)."""
+    """Stage the blocks of the remote pack ``pack`` holding objects the store (and
+    ``staging``) lacks, read by ranges: (objects new here, bytes read); None if the
+    pack is better read whole (the caller does)."""
     pack_length, members = index_members(index, where)
     needed = {
         block
         for block, held in members.items()
-        if any(not store.has_object(oid) for oid, _inner, _n in held)
+        if any(not staging.has(oid) for oid, _inner, _n in held)
     }
     if not needed:
         return 0, 0
@@ -139,4 +139,4 @@ def fetch_pack_part(
     if ranges is None:
         return None
     blocks = read_blocks(storage, pack, ranges, members, where)
-    return store.add_blocks(blocks), sum(end - start for start, end in ranges)
+    return staging.add(blocks), sum(end - start for start, end in ranges)
