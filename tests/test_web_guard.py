@@ -88,6 +88,21 @@ def test_every_response_carries_a_strict_content_security_policy(
         assert "<script>" not in page and " on" not in re.sub(r">[^<]*<", "><", page)
 
 
+def test_a_session_page_asked_for_by_a_short_id_redirects_to_its_whole_id(
+    site: tuple[Server, Demo, Path],
+) -> None:
+    server, demo, _ = site
+    with client(server) as c:
+        r = c.get(f"/s/{demo.main[:12]}?view=context")
+        assert r.status_code == 308
+        assert r.headers["location"] == f"/s/{demo.main}?view=context"
+        assert c.get(r.headers["location"]).status_code == 200
+        assert c.get(f"/s/{demo.main[:12]}/graph").status_code == 404  # the page itself only
+        gone = c.get("/s/0000000000")
+        assert gone.status_code == 404 and "matches &#39;0000000000&#39;" in gone.text
+        assert c.get("/s/D9CF").status_code == 404  # not an id at all: no lookup
+
+
 def test_a_change_needs_the_pages_csrf_token_and_origin(
     site: tuple[Server, Demo, Path],
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Final
 
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from agent.control_chars import HIDDEN_IN_LINE, visible
@@ -233,7 +233,26 @@ def entries_html(shown: list[ShownEntry], sid: str, read_only: bool, fork_at: st
     return "\n".join(parts)
 
 
+SHORT_ID_RE: Final = re.compile(r"[0-9a-f]{4,31}")
+
+
+def _full_id_url(request: Request) -> Response | None:
+    """A session page asked for by a short id (as ``ags ls`` prints it, typed or pasted
+    into the address): a redirect to the page of the one session it names, whose
+    address then holds the whole id. An id no session or several have: the error page."""
+    short = request.path_params["sid"]
+    if not SHORT_ID_RE.fullmatch(short):
+        return None
+    with store(request) as handle:
+        sid = handle.session_id(short)  # UnknownSpec, AmbiguousSpec: the error page
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"/s/{sid}{query}", 308)
+
+
 def session_page(request: Request) -> Response:
+    redirect = _full_id_url(request)
+    if redirect is not None:
+        return redirect
     sid = _session_id(request)
     view = "context" if request.query_params.get("view") == "context" else "full"
     read_only = request.app.state.config.read_only
