@@ -355,8 +355,10 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
 @JSON_OPTION
 @click.pass_context
 def reflog(ctx: click.Context, spec: str, as_json: bool) -> None:
-    """The history of a ref: every move of a session's head, newest first.
-    ``SESSION@{N}`` names the Nth entry.
+    """The history of a ref: every change of a session's head or metadata, newest
+    first. The moves are numbered: ``SESSION@{N}`` is where the Nth move left from
+    (a title, an archive or an import that leaves the target where it was gets no
+    number).
 
     \b
     Example:
@@ -366,13 +368,24 @@ def reflog(ctx: click.Context, spec: str, as_json: bool) -> None:
     if as_json:
         emit_json(lines)
         return
-    emit_lines(
-        [
+    moved = [line.old != line.new for line in lines]
+    width = len(f"@{{{sum(moved)}}}")
+    rows, n = [], 0
+    for line, moves in zip(lines, moved, strict=True):
+        n += moves
+        label = f"@{{{n}}}" if moves else ""
+        rows.append(
             visible(
-                f"@{{{i + 1}}}  {short(line.old)} -> {short(line.new)}  {line.reason}  "
-                f"{relative_time(line.time)}"
+                f"{label:<{width}}  {_short_target(line.old)} -> {_short_target(line.new)}  "
+                f"{line.reason}  {relative_time(line.time)}"
             )
-            for i, line in enumerate(lines)
-        ]
-        or ["no entries"]
-    )
+        )
+    emit_lines(rows or ["no entries"])
+
+
+def _short_target(value: str | None) -> str:
+    """A reflog value for a line: a node id shortened, a session HEAD named by its
+    shortened id (``sessions/3f2a...``, not cut inside the id)."""
+    if value and value.startswith("sessions/"):
+        return "sessions/" + short(value[len("sessions/") :])
+    return short(value)

@@ -379,6 +379,30 @@ def test_rewind_and_undo_with_the_reflog(world):
     assert_refused(world, ["rewind", world.a, world.b], "not in the history")
 
 
+def test_reflog_numbers_only_the_moves_as_at_n_counts_them(world):
+    """The listing numbered every line, so after a rewind and a title the rewind
+    showed as @{2} while S@{2} was refused ("has moved only 1 times")."""
+    with Store.open(world.path) as s:
+        head = s.session(world.a).head
+    assert ags(world, "rewind", world.a, f"{world.a}~2")[0] == 0
+    assert ags(world, "title", world.a, "renamed")[0] == 0
+    lines = ags(world, "reflog", world.a)[1].splitlines()
+    title, rewind = lines[0], lines[1]
+    assert "title" in title and not title.startswith("@{")
+    assert rewind.startswith(f"@{{1}}  {head[:12]} -> ") and "rewind" in rewind
+    assert ags(world, "show", f"{world.a}@{{1}}", "--json")[1].count(head) >= 1
+
+
+def test_head_reflog_shows_session_ids_uncut(world, tmp_path):
+    """A HEAD that names a session showed as sessions/3f2, three digits of its id."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for sid in (world.a, world.b):
+        assert ags_process(world, "checkout", sid, cwd=project).returncode == 0
+    out = ags_process(world, "reflog", "HEAD", cwd=project).stdout.decode()
+    assert out.startswith(f"@{{1}}  sessions/{world.a[:12]} -> sessions/{world.b[:12]}  ")
+
+
 def test_graph_draws_forks_under_their_source(world):
     code, out, _ = ags(world, "log", "--graph", "--all")
     lines = out.splitlines()
