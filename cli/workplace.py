@@ -17,7 +17,7 @@ from agent.models import ModelClient, make_client
 from agent.resume import Choice, choose_session
 from agent.sandbox import Sandbox
 from agent.tools import Toolbox
-from objstore import InvalidInput, Store, project_root
+from objstore import InvalidInput, Store, UnknownSpec, project_root
 
 from .agent_options import AgentOptions
 from .app import open_store
@@ -74,9 +74,9 @@ class Workplace:
                 "--max-context-tokens" if self.opts.max_context_tokens else "the model's window"
             )
             agent.recover()
-            head = store.head(choice.project)
-            if choice.session is not None and (head is None or head.session != choice.session):
-                store.checkout(choice.session, root=choice.project)
+            sid = choice.session
+            if sid is not None and _head_session(store, choice.project) != sid:
+                store.checkout(sid, root=choice.project)
         except BaseException:
             agent.close()
             raise
@@ -149,6 +149,16 @@ def _chosen(store: Store, opts: AgentOptions) -> Choice:
     return choose_session(
         store, resume=opts.resume, continue_latest=opts.continue_latest, project=opts.project
     )
+
+
+def _head_session(store: Store, project: Path) -> str | None:
+    """The session HEAD names for ``project``, if any. A HEAD naming a session since
+    deleted names none: the new checkout replaces it, and it must not stop a chat."""
+    try:
+        head = store.head(project)
+    except UnknownSpec:
+        return None
+    return head.session if head else None
 
 
 def _model_context(client: ModelClient) -> int | None:

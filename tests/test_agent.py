@@ -490,6 +490,22 @@ def test_a_dropped_stream_is_retried_counted_and_not_duplicated(tmp_path, server
     assert "the answer above was cut off; it starts over below" in plain.stderr
 
 
+def test_a_deleted_checked_out_session_does_not_stop_the_next_run(tmp_path, server, image, project):
+    """Once the session HEAD named was deleted, every run in the project failed
+    ("HEAD names session ..., which no longer exists"), a new session or another one."""
+    env = env_for(tmp_path, server, image)
+    first = json.loads(ags(env, project, "run", "hi", "--json").stdout)["session"]
+    other = json.loads(ags(env, project, "run", "hi again", "--json").stdout)["session"]
+    assert ags(env, project, "checkout", first).returncode == 0
+    assert ags(env, project, "delete", first, "--yes").returncode == 0
+    new = ags(env, project, "run", "and now?", "--json")
+    assert new.returncode == 0, new.stderr
+    assert ags(env, project, "delete", json.loads(new.stdout)["session"], "--yes").returncode == 0
+    resumed = ags(env, project, "run", "--resume", other, "go on", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(ags(env, project, "status", "--json").stdout)["head"]["session"] == other
+
+
 def test_a_model_that_is_not_there_is_a_clear_error(tmp_path, server, image, project):
     env = env_for(tmp_path, server, image)
     proc = ags(env, project, "run", "hi", "--model", "nope")
