@@ -30,6 +30,14 @@ class AgentOptions:
     project: str | None
 
 
+EMPTY_REFUSED = {
+    "model": "give a name",
+    "image": "give a name",
+    "resume": "give a session, node or tag",
+    "base_url": "give an http:// or https:// URL",
+}
+
+
 def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options ``chat`` and ``run`` share, gathered into one AgentOptions."""
     options = [
@@ -60,9 +68,11 @@ def agent_options(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         names = AgentOptions.__slots__
-        for name in ("model", "image"):  # given as "": refused, not sent on to the engines
+        # Given as "": refused, not sent on to the engines nor taken for "not given"
+        # (an empty --resume started a new session, an empty --base-url the default).
+        for name, want in EMPTY_REFUSED.items():
             if kwargs.get(name) == "":
-                raise click.BadParameter("give a name", param_hint=f"--{name}")
+                raise click.BadParameter(want, param_hint=f"--{name.replace('_', '-')}")
         opts = AgentOptions(**{n: kwargs.pop(n) for n in names})
         return command(*args, opts=opts, **kwargs)
 

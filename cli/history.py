@@ -363,7 +363,7 @@ def search(
 
     fts_query(query)  # a query that cannot match is refused before the index is touched
     store = open_store(ctx)
-    sid = store.session_id(session_spec) if session_spec else None
+    sid = store.session_id(session_spec) if session_spec is not None else None  # "": refused
     with SearchIndex(store) as index:
         stats = index.rebuild() if rebuild else index.refresh()
         for failed_sid, why in stats.failed:

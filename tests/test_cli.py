@@ -234,11 +234,16 @@ def test_a_prefix_too_short_says_how_long_one_must_be(world):
         (["run", "   "], "say what to do"),
         (["run", "hi", "--model", ""], "--model: give a name"),
         (["chat", "--image", ""], "--image: give a name"),
+        (["run", "hi", "--resume", ""], "--resume: give a session, node or tag"),
+        (["chat", "--base-url", ""], "--base-url: give an http:// or https:// URL"),
+        (["search", "zebra", "--session", ""], "bad spec: ''"),
     ],
-    ids=["prompt", "blank", "model", "image"],
+    ids=["prompt", "blank", "model", "image", "resume", "base-url", "search-session"],
 )
-def test_an_empty_prompt_model_or_image_is_refused(world, args, message):
-    """Each was sent on: an empty prompt to the model, an empty name to the engines."""
+def test_an_empty_prompt_name_spec_or_url_is_refused(world, args, message):
+    """Each was sent on: an empty prompt to the model, an empty name to the engines.
+    An empty --resume started a new session, an empty --base-url used the default
+    server, and search --session "" searched every session."""
     assert_refused(world, args, message)
 
 
