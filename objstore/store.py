@@ -28,6 +28,7 @@ from __future__ import annotations
 import inspect
 import os
 import secrets
+import stat
 import threading
 import warnings
 import weakref
@@ -289,6 +290,19 @@ def _holds_other_things(root: Path) -> bool:
         return False  # no directory, or one the access check names
 
 
+def _refuse_non_directory(root: Path) -> None:
+    """StoreFormatError if ``root`` is there and is no directory (a file, a FIFO, a
+    device, or a link to one); a missing one is left to the caller."""
+    try:
+        mode = os.stat(root).st_mode
+    except OSError:
+        return  # missing, under a file, or unreadable: opening names it
+    if stat.S_ISREG(mode):
+        raise StoreFormatError(f"{root} is a file, not an ags store")
+    if not stat.S_ISDIR(mode):
+        raise StoreFormatError(f"{root} is no directory (a FIFO, a device), not an ags store")
+
+
 def _create_store(root: Path) -> None:
     """Make the layout and then the marker (a store is one once the marker exists).
     Another process creating the same store at the same moment leaves only these."""
@@ -404,6 +418,7 @@ class Store:
             # Said before the access check: a mistyped --store (/, /tmp, a project)
             # is no store, and advice to chmod it all would be wrong.
             raise StoreFormatError(f"{root} is not empty and is not an ags store")
+        _refuse_non_directory(root)  # so too for a file (/dev/null: "chmod -R go-rwx" it)
         check_store_access(root, shared=shared)  # before anything in it is read or written
         try:
             data = read_file(config)

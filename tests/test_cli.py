@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -221,6 +222,23 @@ def test_a_store_under_a_file_is_named_so(tmp_path):
     result = CliRunner().invoke(cli, ["ls"], env={"AGS_STORE": str(tmp_path / "afile")})
     assert result.exit_code == 1
     assert result.stderr == f"ags: {tmp_path / 'afile'} is a file, not an ags store\n"
+
+
+def test_a_store_path_that_is_no_directory_gets_no_chmod_advice(tmp_path):
+    """A file others may write to (/dev/null) was refused with "run chmod -R go-rwx"
+    on it, and a FIFO was called "a part of its path is a file"."""
+    shared = tmp_path / "shared"
+    shared.write_text("x")
+    shared.chmod(0o666)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, what in [(shared, "is a file"), (fifo, "is no directory"), ("/dev/null", "is no")]:
+        for command in ("ls", "init"):
+            result = CliRunner().invoke(cli, ["--store", str(path), command])
+            assert result.exit_code == 1
+            assert result.stderr.startswith(f"ags: {path} {what}"), result.stderr
+            assert "chmod" not in result.stderr and result.stderr.count("\n") == 1
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o666 and stat.S_ISFIFO(fifo.stat().st_mode)
 
 
 def test_a_prefix_too_short_says_how_long_one_must_be(world):
