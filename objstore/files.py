@@ -254,14 +254,17 @@ def write_private_file(dest: StrPath, data: bytes) -> None:
     dest = os.path.abspath(dest)
     try:
         st = os.lstat(dest)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder is checked next
         pass
     else:
         if not stat.S_ISREG(st.st_mode):
             what = _FILE_TYPES.get(stat.S_IFMT(st.st_mode), "not a regular file")
             raise InvalidInput(f"refusing to write to {dest}: it is {what} (give a regular file)")
-    if not os.path.isdir(os.path.dirname(dest)):
-        raise InvalidInput(f"cannot write {dest}: no folder {os.path.dirname(dest)}")
+    parent = os.path.dirname(dest)
+    if not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise InvalidInput(f"cannot write {dest}: {parent} is not a folder")
+        raise InvalidInput(f"cannot write {dest}: no folder {parent}")
     folder, name = os.path.split(dest)
     _remove_dead_writers(folder, name)
     atomic_write(folder, dest, data, around=(f".{name}.", ".tmp"))

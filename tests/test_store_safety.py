@@ -366,6 +366,12 @@ def test_export_to_dash_is_stdout_and_a_missing_folder_is_refused(
     result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", str(missing)])
     assert result.exit_code == 1
     assert result.stderr == f"ags: cannot write {missing}: no folder {missing.parent}\n"
+    under_a_file = tmp_path / "store" / "ags-store.json" / "x.json"  # a file for a folder
+    result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", str(under_a_file)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"ags: cannot write {under_a_file}: {under_a_file.parent} is not a folder\n"
+    )
     result = CliRunner().invoke(cli, ["--store", str(path), "export", sid, "-o", ""])
     assert result.exit_code == 2 and "give a file name, or - for stdout" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
