@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 import click
 
@@ -89,12 +89,30 @@ class AgsGroup(click.Group):
             __import__(module)
         return self.commands.get(cmd_name)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # plain ``ags``: the help
+        except click.UsageError as e:  # ags --bogus
+            _usage_error(e)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with store_warnings_on_stderr():
                 result = super().invoke(ctx)
             sys.stdout.flush()  # a reader that left early shows up here, not at exit
             return result
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # ``ags remote`` alone: its help
+        except click.UsageError as e:  # a bad option or argument of a command
+            _usage_error(e)
         except BrokenPipeError:
             # The reader of our output went away (ags show X | head): stop quietly,
             # as git does. Later flushes of stdout go nowhere instead of failing again.
@@ -111,6 +129,16 @@ class AgsGroup(click.Group):
             click.echo("ags: interrupted", err=True)
             ctx.exit(130)
         ctx.exit(1)
+
+
+def _usage_error(e: click.UsageError) -> NoReturn:
+    """A bad option or argument as one line on stderr, as every other error, and exit
+    status 2, click's and the shell's for a usage error (click's own form is four
+    lines: the usage, a hint, a blank line, the error)."""
+    where = e.ctx.command_path if e.ctx is not None else "ags"
+    message = " ".join(e.format_message().split())
+    click.echo(visible(f"ags: {message} (see '{where} -h')"), err=True)
+    raise click.exceptions.Exit(2)
 
 
 @click.group(cls=AgsGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -248,6 +248,28 @@ def test_a_prefix_too_short_says_how_long_one_must_be(world):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["log", "-n", "abc"], "ags: Invalid value for '-n': 'abc' is not a valid integer"),
+        (["export", "{a}", "--format", "xml"], "'xml' is not one of 'json', 'md', 'html'."),
+        (["fork"], "ags: Missing argument 'SPEC'. (see 'cli fork -h')"),
+        (["remote", "bogus"], "ags: No such command 'bogus'. (see 'cli remote -h')"),
+        (["lgo"], "ags: No such command 'lgo'."),
+        (["--bogus"], "ags: No such option '--bogus'. (see 'cli -h')"),
+    ],
+)
+def test_a_bad_option_or_argument_is_one_line_and_status_2(world, args, message):
+    """click wrote four lines for these (the usage, a hint, a blank, the error) where
+    every other error of ags is one. (CliRunner names the program "cli".)"""
+    before = tree_snapshot(world.path)
+    code, out, err = ags(world, *fill(args, world))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and message in err, err
+    assert err.startswith("ags: ") and err.endswith(" -h')\n"), err
+    assert tree_snapshot(world.path) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
         (["run", ""], "say what to do"),
         (["run", "   "], "say what to do"),
         (["run", "hi", "--model", ""], "--model: give a name"),
