@@ -455,6 +455,20 @@ def test_gemini_chat_and_checkpoint(tmp_path: Path) -> None:
         check_openai_shape(cp, open_tail=False)
 
 
+def test_a_gemini_checkpoint_is_dated_by_its_file(tmp_path: Path) -> None:
+    """A checkpoint holds no times: its session was created and updated in 1970."""
+    src = tmp_path / "g"
+    shutil.copytree(FIXTURES / "gemini" / "tmp" / "8876362f5a5f00ff", src)
+    path = src / "checkpoint-before-refactor.json"
+    saved = 1_764_000_000.25  # 2025-11-24T16:00:00.250Z
+    os.utime(path, (saved, saved))
+    with Store.open(tmp_path / "store") as s:
+        row = import_sessions(s, "gemini", [path])[0]
+        info = s.session(str(row.session))
+        assert info.created == info.updated == "2025-11-24T16:00:00.250Z"
+        assert all(s.node(n.id).meta["time"] == info.updated for n in s.log(info.id))
+
+
 def test_gemini_message_changed_in_place_forks(tmp_path: Path) -> None:
     src = tmp_path / "g" / "chats"
     shutil.copytree(FIXTURES / "gemini" / "tmp" / "8876362f5a5f00ff" / "chats", src)

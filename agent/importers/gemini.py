@@ -85,7 +85,11 @@ class GeminiSource:
             # finish: wait for it, rather than import it half done and fork later.
             if self._messages and _running(self._messages[-1]):
                 self._messages.pop()
-        self._time = ags_time(self._doc.get("startTime")) or "1970-01-01T00:00:00.000Z"
+        # A checkpoint holds no time at all, and a chat may lack its start: the time the
+        # file was last written stands for them (the epoch made "updated 56 years ago",
+        # and such a session sorted last in ags ls).
+        self._start = ags_time(self._doc.get("startTime")) or ags_time(self.mtime_ns / 1e9)
+        self._time = self._start or "1970-01-01T00:00:00.000Z"
 
     @property
     def has_messages(self) -> bool:
@@ -168,7 +172,7 @@ class GeminiSource:
             "title": title,
             "root": None,
             "model": model,
-            "created": ags_time(self._doc.get("startTime")),
+            "created": self._start,
         }
 
     def parent_link(self) -> tuple[str, str] | None:
