@@ -6,6 +6,7 @@ maintenance.py, ...) and register on ``cli``; main.py imports them all.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -123,8 +124,13 @@ class AgsGroup(click.Group):
         except AgsError as e:  # messages quote names and values from sessions: made visible
             click.echo(f"ags: {visible(str(e))}", err=True)
         except OSError as e:  # the disk, not the user: full, read-only, out of file handles
-            where = f": {e.filename}" if e.filename else ""
-            click.echo(visible(f"ags: {e.strerror or e}{where}"), err=True)
+            if e.errno == errno.EROFS and e.filename:  # a store on a backup, a snapshot
+                click.echo(
+                    visible(f"ags: cannot write {e.filename}: read-only file system"), err=True
+                )
+            else:
+                where = f": {e.filename}" if e.filename else ""
+                click.echo(visible(f"ags: {e.strerror or e}{where}"), err=True)
         except KeyboardInterrupt:
             click.echo("ags: interrupted", err=True)
             ctx.exit(130)

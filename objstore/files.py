@@ -363,6 +363,14 @@ def sync_paths(files: Iterable[StrPath]) -> None:
             fsync_dir(d)
 
 
+def read_only_file_system(path: StrPath) -> bool:
+    """Whether ``path`` is on a file system mounted read-only (a backup, a snapshot)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class FileLock:
     """An OS advisory lock (``flock``) on one file, released by a crash.
 
@@ -391,6 +399,15 @@ class FileLock:
             except FileNotFoundError:
                 make_dirs(self.path.parent)
                 fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
+            except OSError as e:
+                # A read-only file system (a backup, a snapshot): flock needs no write
+                # access, and nobody can write there what the lock would guard anyway.
+                if e.errno != errno.EROFS:
+                    raise
+                try:
+                    fd = open_fd(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    raise e from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

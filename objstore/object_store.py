@@ -241,6 +241,11 @@ class ObjectStore:
                     rebuild_index(path, self._tmp_dir)
                 except FileNotFoundError:
                     return
+                except OSError as ro:
+                    if ro.errno != errno.EROFS:
+                        raise
+                    self._scan_open(stem, path)  # read-only: read around it (``read_only``)
+                    return
                 warnings.warn(
                     StoreWarning(f"{e}: rebuilt it from the pack (an index is derived data)"),
                     stacklevel=3,
@@ -253,7 +258,12 @@ class ObjectStore:
         pack = self._scan_open(stem, path)
         if pack is None or not recover:
             return
-        outcome = pack.try_recover(self._tmp_dir, self._replay)
+        try:
+            outcome = pack.try_recover(self._tmp_dir, self._replay)
+        except OSError as e:
+            if e.errno != errno.EROFS:
+                raise
+            return  # read-only: read as a pack being written is (``read_only``)
         if outcome == "busy":
             return
         self._forget_open(stem)  # recovered: fsynced by the recovery

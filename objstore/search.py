@@ -42,7 +42,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TypeVar
@@ -51,7 +51,7 @@ import zstandard
 
 from . import forks
 from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
-from .files import make_dirs, open_fd, planted_link
+from .files import make_dirs, open_fd, planted_link, read_only_file_system
 from .limits import MAX_INDEXED_CHARS
 from .reach import scanning
 from .store import SessionInfo, Store
@@ -345,7 +345,10 @@ class SearchIndex:
 
     def _connect(self) -> sqlite3.Connection:
         """Open the file, making it (or making it again) if it is missing, corrupt or
-        of another schema version."""
+        of another schema version. A store on a read-only file system gets an index in
+        memory (``_in_memory``)."""
+        if read_only_file_system(self.store.path):
+            return self._in_memory()
         try:
             try:
                 return self._connect_once()
@@ -374,6 +377,29 @@ class SearchIndex:
         except BaseException:
             db.close()
             raise
+        return db
+
+    def _in_memory(self) -> sqlite3.Connection:
+        """An index in memory, for a store that cannot be written (a backup, a snapshot
+        mounted read-only): a copy of the file's, if there is one of this schema and
+        it reads, brought up to date by the search's refresh like the file would
+        be; else an empty one, which that refresh fills from the whole store."""
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            if os.path.isfile(self.path) and not os.path.islink(self.path):
+                uri = f"{self.path.absolute().as_uri()}?mode=ro&immutable=1"
+                with closing(sqlite3.connect(uri, uri=True)) as disk:
+                    if _schema_version(disk) == SCHEMA_VERSION:
+                        disk.backup(db)
+                        if db.execute("PRAGMA quick_check").fetchall() != [("ok",)]:
+                            raise sqlite3.DatabaseError("damaged")
+        except (sqlite3.Error, OSError):  # unreadable or damaged: start from nothing
+            db.close()
+            db = sqlite3.connect(":memory:", isolation_level=None)
+        db.create_function(_UNZSTD, 1, _text_decompressor(), deterministic=True)
+        if _schema_version(db) != SCHEMA_VERSION:
+            with _Transaction(db):
+                _create_schema(db)
         return db
 
     def _remove_files(self) -> None:
