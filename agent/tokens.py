@@ -143,8 +143,12 @@ def describe_usage(totals: dict[str, Any]) -> str:
         f"{totals.get('estimated_completion_tokens', 0)} out estimated"
     )
     if unreported >= calls:
-        return f"not reported by the server ({calls} model calls; {estimated})"
+        return f"not reported by the server ({_calls(calls)}; {estimated})"
     return (
-        f"{counted} as the server counted {calls - unreported} of {calls} model calls; "
+        f"{counted} as the server counted {calls - unreported} of {_calls(calls)}; "
         f"{unreported} not reported ({estimated})"
     )
+
+
+def _calls(n: int) -> str:
+    return f"{n} model call" if n == 1 else f"{n} model calls"

@@ -859,7 +859,7 @@ def test_the_servers_counts_calibrate_the_context_size(tmp_path, project, agent_
 @pytest.mark.parametrize(
     ("flavor", "reply", "says"),
     [
-        ("llama_cpp_python", {"text": "hi"}, "not reported by the server (1 model calls; about"),
+        ("llama_cpp_python", {"text": "hi"}, "not reported by the server (1 model call; about"),
         ("vllm", {"text": "hi", "usage": {"prompt_tokens": 0, "completion_tokens": 0}},
          "0 in, 0 out"),
     ],

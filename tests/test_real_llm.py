@@ -91,7 +91,7 @@ def test_a_streamed_answer_is_stored_whole_then_a_resumed_turn(tmp_path, image, 
     assert meta["usage"] == {"prompt_tokens": None, "completion_tokens": None}
     assert meta["usage_estimate"]["prompt_tokens"] > 0
     info = ags(tmp_path, image, project, plain_llm, "info", sid)
-    assert "tokens:      not reported by the server (1 model calls; about" in info.stdout
+    assert "tokens:      not reported by the server (1 model call; about" in info.stdout
 
     second = ags(tmp_path, image, project, plain_llm, "run", "--resume", sid,
                  "And now say goodbye.", "--max-output-tokens", "40", "--json")  # fmt: skip
