@@ -57,6 +57,7 @@ def serve_cmd(
 
     store = open_store(ctx)
     path = store.path
+    read_only = read_only or store.read_only  # a backup, a snapshot: no button would work
     store.close()  # each page opens its own handle
     loopback = is_loopback(host)
     token = None

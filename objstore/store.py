@@ -56,7 +56,14 @@ from .errors import (
     UnknownSpec,
 )
 from .file_paths import check_file_path
-from .files import DIR_MODE, FileLock, atomic_write, make_dirs, read_file
+from .files import (
+    DIR_MODE,
+    FileLock,
+    atomic_write,
+    make_dirs,
+    read_file,
+    read_only_file_system,
+)
 from .limits import MAX_DEPTH, MAX_FILES_PER_NODE, MAX_OBJECT_BYTES
 from .listing import UPDATED, ListingIndex
 from .locks import WriterLock
@@ -583,6 +590,12 @@ class Store:
     def _listing_row(self, sid: str) -> list[Any] | None:
         rec = self.refs.read_file(session_ref(sid))
         return None if rec is None else _row(session_info(rec))
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store is on a file system mounted read-only (a backup, a snapshot):
+        every read works, every write fails (FORMAT.md 5.2)."""
+        return read_only_file_system(self.path)
 
     @property
     def writer_locks(self) -> frozenset[str]:

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
 from objstore import Store
 from tests.conftest import tree_snapshot
+from tests.web_server import ags_serve
 
 CRASHED_WRITER = """
 import os, signal, sys
@@ -102,10 +105,26 @@ def test_a_store_on_a_read_only_file_system_can_be_read(read_only: tuple[Path, P
     assert {p.name: p.read_bytes() for p in (source / "cache").iterdir()} == cache
 
 
+def test_its_web_pages_are_served_read_only(read_only: tuple[Path, Path]) -> None:
+    """Without --read-only too: every button would fail (a 500 where it wrote)."""
+    _, store = read_only
+    with ags_serve(store) as server:
+        assert "(read-only)" in server.stderr[0]
+        listing = httpx.get(server.url, timeout=30)
+        assert listing.status_code == 200 and "crashed writer" in listing.text
+        found = httpx.get(f"{server.base}/search", params={"q": "kumquat"}, timeout=30)
+        assert found.status_code == 200 and "unsealed" in found.text
+        sid = re.findall(r'href="/s/([0-9a-f]{32})"', listing.text)[0]
+        page = httpx.get(f"{server.base}/s/{sid}", timeout=30)
+        assert page.status_code == 200 and 'method="post"' not in page.text
+
+
 def test_a_read_only_mount_is_told_from_a_writable_one(read_only: tuple[Path, Path]) -> None:
     from objstore.files import read_only_file_system
 
     source, store = read_only
     assert read_only_file_system(store) and not read_only_file_system(source)
+    with Store.open(store) as s, Store.open(source) as t:
+        assert s.read_only and not t.read_only
     assert not read_only_file_system(source / "no such folder")
     assert os.access(source, os.W_OK)
