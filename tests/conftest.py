@@ -6,6 +6,8 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,22 @@ def assert_reads_as_expected(path: Path, want: dict[str, Any]) -> None:
             assert [e.message for e in s.log(sid)] == session["log"]
         assert s.tags() == tags
         assert check_store(s).problems == []
+
+
+@contextmanager
+def read_only_mount(source: Path, mounted: Path) -> Iterator[Path]:
+    """``source`` seen read-only at ``mounted`` (made here): a read-only bind mount, a
+    real read-only file system that root cannot write either. Skips the test where no
+    mount can be made (not root)."""
+    mounted.mkdir()
+    mount = subprocess.run(["mount", "--bind", source, mounted], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot make a read-only mount here: {mount.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", mounted], check=True)
+        yield mounted
+    finally:
+        subprocess.run(["umount", mounted], check=True)
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

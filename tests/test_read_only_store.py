@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
+from conftest import read_only_mount, tree_snapshot
 
 from cli.main import cli
 from objstore import Store
-from tests.conftest import tree_snapshot
 from tests.web_server import ags_serve
 
 CRASHED_WRITER = """
@@ -56,15 +56,8 @@ def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     assert crash.returncode == -9
     packs = store / "objects" / "pack"
     assert any(not p.with_suffix(".idx").exists() for p in packs.glob("*.pack"))  # unsealed
-    mounted.mkdir()
-    mount = subprocess.run(["mount", "--bind", source, mounted], capture_output=True, text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot make a read-only mount here: {mount.stderr.strip()}")
-    try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", mounted], check=True)
+    with read_only_mount(source, mounted):
         yield store, mounted / "store"
-    finally:
-        subprocess.run(["umount", mounted], check=True)
 
 
 def ags(store: Path, *args: str) -> tuple[int, str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from conftest import read_only_mount
 from s3_server import (  # noqa: F401
     S3Server,
     aws_env_fixture,
@@ -453,15 +454,10 @@ def test_a_directory_remote_counts_its_file_operations(tmp_path: Path) -> None:
 def test_a_directory_remote_on_a_read_only_disk_can_be_read_not_written(tmp_path: Path) -> None:
     """A read-only bind mount: a real read-only file system, which root cannot write either."""
 
-    source, mounted = tmp_path / "disk", tmp_path / "ro"
+    source = tmp_path / "disk"
     (source / "packs").mkdir(parents=True)
     (source / "packs" / "p").write_bytes(b"x")
-    mounted.mkdir()
-    mount = subprocess.run(["mount", "--bind", source, mounted], capture_output=True, text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot make a read-only mount here: {mount.stderr.strip()}")
-    try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", mounted], check=True)
+    with read_only_mount(source, tmp_path / "ro") as mounted:
         storage = DirectoryStorage(mounted)
         assert storage.get("packs/p") == b"x"
         assert storage.read_cell("refs/s").generation == 0
@@ -470,8 +466,6 @@ def test_a_directory_remote_on_a_read_only_disk_can_be_read_not_written(tmp_path
             storage.check()
         with pytest.raises(RemoteError, match="not writable"):
             storage.put_new("packs/q", b"y")
-    finally:
-        subprocess.run(["umount", mounted], check=True)
 
 
 def test_directory_writes_beside_deletes_of_neighbours_never_fail(tmp_path: Path) -> None:
