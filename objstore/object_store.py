@@ -244,7 +244,7 @@ class ObjectStore:
                 except OSError as ro:
                     if ro.errno != errno.EROFS:
                         raise
-                    self._scan_open(stem, path)  # read-only: read around it (``read_only``)
+                    self._scan_open(stem, path)  # read-only: read around it (FORMAT.md 5.2)
                     return
                 warnings.warn(
                     StoreWarning(f"{e}: rebuilt it from the pack (an index is derived data)"),
@@ -263,7 +263,7 @@ class ObjectStore:
         except OSError as e:
             if e.errno != errno.EROFS:
                 raise
-            return  # read-only: read as a pack being written is (``read_only``)
+            return  # a read-only file system: read as a pack being written is (FORMAT.md 5.2)
         if outcome == "busy":
             return
         self._forget_open(stem)  # recovered: fsynced by the recovery
