@@ -107,7 +107,7 @@ def message_lines(msg: Any, *, oneline: bool, node: Node | None = None) -> list[
 @cli.command()
 @click.argument("spec", default="HEAD")
 @click.option("--oneline", is_flag=True, help="One line per message.")
-@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("-n", "limit", type=click.IntRange(0, sys.maxsize), help="Show at most N entries.")
 @click.option("--context", "context_only", is_flag=True,
               help="Only what the model sees at SPEC (after compactions).")  # fmt: skip
 @click.option("--graph", is_flag=True, help="Draw sessions and their forks.")
@@ -137,8 +137,6 @@ def log(
     """
     if graph and context_only:
         raise click.UsageError("--context and --graph exclude each other")
-    if limit is not None:
-        limit = min(limit, sys.maxsize)  # -n 99999999999999999999: all of them
     store = open_store(ctx)
     if graph:
         _log_graph(store, None if show_all else spec, as_json)
@@ -335,7 +333,7 @@ def _diff_files(store: Store, a: str, b: str, as_json: bool) -> None:
 @click.option("--session", "session_spec", help="Only this session (id, prefix, HEAD).")
 @click.option("--role", help="Only messages of this role (user, assistant, tool; summary).")
 @click.option("--all", "include_archived", is_flag=True, help="Search archived sessions too.")
-@click.option("-n", "limit", type=click.IntRange(min=1), default=50, show_default=True,
+@click.option("-n", "limit", type=click.IntRange(1, sys.maxsize), default=50, show_default=True,
               help="At most N hits.")  # fmt: skip
 @click.option("--rebuild", is_flag=True, help="Rebuild the index from the objects first.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -364,7 +362,6 @@ def search(
     from objstore import SearchIndex, fts_query
 
     fts_query(query)  # a query that cannot match is refused before the index is touched
-    limit = min(limit, 2**63 - 1)  # SQLite's largest integer
     store = open_store(ctx)
     sid = store.session_id(session_spec) if session_spec is not None else None  # "": refused
     with SearchIndex(store) as index:

@@ -249,7 +249,6 @@ def test_a_prefix_too_short_says_how_long_one_must_be(world):
     ("args", "message"),
     [
         (["log", "-n", "abc"], "ags: Invalid value for '-n': 'abc' is not a valid integer"),
-        (["log", "{a}", "-n", "-5"], "ags: Invalid value for '-n': -5 is not in the range x>=0."),
         (["export", "{a}", "--format", "xml"], "'xml' is not one of 'json', 'md', 'html'."),
         (["fork"], "ags: Missing argument 'SPEC'. (see 'cli fork -h')"),
         (["remote", "bogus"], "ags: No such command 'bogus'. (see 'cli remote -h')"),
@@ -266,16 +265,6 @@ def test_a_bad_option_or_argument_is_one_line_and_status_2(world, args, message)
     assert err.count("\n") == 1 and message in err, err
     assert err.startswith("ags: ") and err.endswith(" -h')\n"), err
     assert tree_snapshot(world.path) == before
-
-
-def test_a_count_past_any_history_shows_it_all(world):
-    """-n took at most sys.maxsize (its range was the error's text); past it, islice and
-    SQLite would have refused it."""
-    huge = str(10**30)
-    whole = ags(world, "log", world.a, "--oneline")[1]
-    assert ags(world, "log", world.a, "--oneline", "-n", huge) == (0, whole, "")
-    assert ags(world, "log", world.a, "--context", "-n", huge)[0] == 0
-    assert ags(world, "search", "hello", "-n", huge)[0] == 0
 
 
 @pytest.mark.parametrize(
