@@ -336,6 +336,11 @@ def test_a_long_text_is_cut_on_the_page_and_linked_whole(tmp_path: Path) -> None
         assert more in at and f'href="/text/{said}"' in at
         assert c.get(f"/text/{'0' * 64}").status_code == 404
         assert c.get("/text/nothex").status_code == 404
+        # The id of a message (a blob) is no node: said so, not that the store is corrupt.
+        with Store.open(tmp_path / "s") as s:
+            blob = s.node(said).content
+        r = c.get(f"/text/{blob}")
+        assert r.status_code == 404 and f"no node {blob}" in r.text and "corrupt" not in r.text
         assert c.get(f"/s/{sid}/at/{'0' * 64}").status_code == 404
 
 

@@ -304,10 +304,13 @@ def _node_id(request: Request) -> str:
 
 
 def _entry(handle: Store, node: str) -> LogEntry:
-    """The entry at ``node``: UnknownSpec (a 404) for no such node."""
+    """The entry at ``node``: UnknownSpec (a 404) for no such node. The id comes from
+    the address, so it may be a message's or a file's: that is no node, not a store
+    whose node is damaged (``Store.node`` says "corrupt" of an id a node links to)."""
     try:
+        handle.target(node)  # UnknownSpec unless a node has this id
         at = handle.node(node)
-    except ObjectMissing:
+    except (ObjectMissing, UnknownSpec):
         raise UnknownSpec(f"no node {node}") from None
     return LogEntry(at, handle.blob(at.content))
 
