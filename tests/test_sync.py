@@ -456,9 +456,14 @@ def test_remote_gc_drops_only_what_no_remote_ref_reaches(tmp_path: Path) -> None
         fresh = session_with(a, 3, "fresh")
         do_push(a, location, f"sessions/{fresh}")  # younger than the grace period
     before = {p.name for p in (remote / "packs").iterdir()}
+    code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json", "--dry-run")
+    assert code == 0, err
+    would = json.loads(out)  # what the run below does (it said 0 packs sent again)
+    assert {p.name for p in (remote / "packs").iterdir()} == before
     code, out, err = ags(tmp_path / "a", "gc", "--remote", "origin", "--json")
     assert code == 0, err
     report = json.loads(out)
+    assert report == would
     assert report["packs_deleted"] == 1 and report["packs_rewritten"] == 1
     assert report["objects_dropped"] == 5 * 2  # the 5 old nodes of "change" and their messages
     assert report["other_keys_deleted"] == 1

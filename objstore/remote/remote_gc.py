@@ -252,15 +252,14 @@ def _collect(
         if len(keep) == len(ids):
             continue
         dropped += len(ids) - len(keep)
+        deleted += 1
+        rewritten += bool(keep)
         if dry_run:
-            deleted += 1
             continue
         if keep:
             send_objects(storage, store, marker, keep)  # the new copy first, then the old one goes
-            rewritten += 1
         storage.delete(index_key(name))
         storage.delete(pack_key(name))
-        deleted += 1
     if stray and not dry_run:
         storage.delete(*stray)
     return RemoteGcReport(deleted, rewritten, dropped, len(stray))
