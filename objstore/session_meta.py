@@ -41,7 +41,7 @@ def meta_damage(meta: Any) -> str | None:
     if archived is not None and not is_time(archived):
         return f"meta.archived_at is {_shown(archived)}, not a time or null"
     if not is_title(meta.get("title")):
-        return f"meta.title is not text of at most {MAX_TEXT} characters"
+        return f"meta.title is not text of at most {MAX_TEXT} characters without a NUL"
     model = meta.get("model")
     if model is not None and (type(model) is not str or len(model) > MAX_TEXT):
         return f"meta.model is not text of at most {MAX_TEXT} characters"

@@ -1562,8 +1562,11 @@ def _row(info: SessionInfo) -> list[Any]:
 
 
 def _check_title(title: str | None) -> None:
-    if not is_title(title):
-        raise InvalidInput(f"a title must be text of at most {MAX_TEXT} characters")
+    if is_title(title):
+        return
+    if type(title) is str and len(title) <= MAX_TEXT:
+        raise InvalidInput("a title cannot hold a NUL character (\\x00)")
+    raise InvalidInput(f"a title must be text of at most {MAX_TEXT} characters")
 
 
 def _check_model(model: str | None) -> None:

@@ -141,6 +141,9 @@ def test_a_bad_change_is_one_line_on_a_page_and_changes_nothing(
         assert r.status_code == 400 and "bad tag name" in r.text
         r = c.post(f"/s/{demo.main}/title", data={"csrf": token, "title": "x" * 1001})
         assert r.status_code == 400 and "at most 1000 characters" in r.text
+        r = c.post(f"/s/{demo.main}/title", data={"csrf": token, "title": "a\x00b"})
+        # what is wrong, not a length the title is far from
+        assert r.status_code == 400 and "cannot hold a NUL" in r.text, r.text
         r = c.post(f"/s/{demo.main}/fork", data={"csrf": token, "node": "f" * 64})
         assert r.status_code == 400 and "not in the history" in r.text
         r = c.post(f"/s/{demo.main}/delete", data={"csrf": token})
