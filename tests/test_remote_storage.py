@@ -394,6 +394,16 @@ def test_a_directory_remote_that_is_not_there_is_not_made(tmp_path: Path) -> Non
     assert not (tmp_path / "usb").exists()
 
 
+def test_a_directory_remote_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """``ags clone FILE`` said "FILE: no such directory" of a file that is there."""
+    (tmp_path / "notes").write_text("mine\n")
+    storage = DirectoryStorage(tmp_path / "notes")
+    for op in (storage.check, lambda: storage.read_cell("refs/s"), lambda: storage.get("x")):
+        with pytest.raises(BucketMissing, match="notes: not a directory$"):
+            op()
+    assert (tmp_path / "notes").read_text() == "mine\n"
+
+
 def test_a_directory_remote_is_private_and_keeps_its_own_files_out_of_listings(
     tmp_path: Path,
 ) -> None:

@@ -106,8 +106,9 @@ class DirectoryStorage(RemoteStorage):
         try:
             return op()
         except OSError as e:
-            if not self.root.is_dir():
-                raise BucketMissing(f"{self.url}: no such directory") from None
+            missing = self._root_missing()
+            if missing is not None:
+                raise missing from None
             what = e.strerror or type(e).__name__
             where = f" ({e.filename})" if e.filename else ""
             raise RemoteError(f"{self.url}: {what}{where}") from None
@@ -173,11 +174,18 @@ class DirectoryStorage(RemoteStorage):
 
     # -- RemoteStorage -----------------------------------------------------------
 
+    def _root_missing(self, hint: str = "") -> BucketMissing | None:
+        """Why the remote's directory is not there (a file in its place, or nothing)."""
+        if self.root.is_dir():
+            return None
+        if self.root.exists():
+            return BucketMissing(f"{self.url}: not a directory")
+        return BucketMissing(f"{self.url}: no such directory{hint}")
+
     def _require_root(self) -> None:
-        if not self.root.is_dir():
-            if self.root.exists():
-                raise BucketMissing(f"{self.url}: not a directory")
-            raise BucketMissing(f"{self.url}: no such directory (create it first)")
+        missing = self._root_missing(" (create it first)")
+        if missing is not None:
+            raise missing
 
     def _check_reachable(self) -> None:
         self._require_root()
