@@ -154,6 +154,20 @@ def test_a_bad_change_is_one_line_on_a_page_and_changes_nothing(
             assert len(s.sessions(include_archived=True)) == 4
 
 
+def test_a_search_with_no_words_is_a_400_that_says_so(site: tuple[Server, Demo, Path]) -> None:
+    """``/search?q="`` answered 200, saying "the search query is empty" of a quote."""
+    server, _, _ = site
+    with client(server) as c:
+        for typed in ('"', '""', '"""'):
+            r = c.get("/search", params={"q": typed})
+            assert r.status_code == 400, typed
+            assert re.findall(r'<p class="error">([^<]*)</p>', r.text) == [
+                "the search query has no words to search for"
+            ]
+        for typed in ("NEAR(", "fix*", "-x", "col:x", "( )", "^"):  # searched as words
+            assert c.get("/search", params={"q": typed}).status_code == 200
+
+
 def test_pages_of_sessions_filter_by_project_and_state(tmp_path: Path) -> None:
     with Store.open(tmp_path / "s") as s, s.batch():
         for i in range(120):

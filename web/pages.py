@@ -159,6 +159,7 @@ def search_page(request: Request) -> Response:
     return render(
         request,
         "search.html",
+        status_code=400 if error else 200,  # a query refused, said on its page
         query=query,
         left_out=left_out,
         archived=archived,
