@@ -7,6 +7,7 @@ requests are made with httpx, so each check sees exactly what was sent.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -166,6 +167,39 @@ def test_a_search_with_no_words_is_a_400_that_says_so(site: tuple[Server, Demo, 
             ]
         for typed in ("NEAR(", "fix*", "-x", "col:x", "( )", "^"):  # searched as words
             assert c.get("/search", params={"q": typed}).status_code == 200
+
+
+def test_a_title_sent_back_as_its_field_showed_it_is_left_as_it_is(tmp_path: Path) -> None:
+    """The rename and fork fields show a title's control characters made visible
+    (``\\t``): "rename" and "fork here" clicked without an edit stored those escapes
+    as the new title."""
+    odd = "routes\tand \x1b[1mconfig\u202e"
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session(title=odd)
+        node = s.append(sid, {"role": "user", "content": "hi"})
+    with ags_serve(tmp_path / "s") as server, client(server) as c:
+        fields = {}
+        for path in (f"/s/{sid}", f"/s/{sid}/at/{node}"):
+            page = c.get(path).text
+            found = re.search(r'<input type="text" name="title" value="([^"]*)"', page)
+            assert found, page
+            fields[path] = html.unescape(found.group(1))
+            assert fields[path] == "routes\\tand \\x1b[1mconfig\\u202e"
+        token = csrf_of(c, f"/s/{sid}")
+        r = c.post(f"/s/{sid}/title", data={"csrf": token, "title": fields[f"/s/{sid}"]})
+        assert r.status_code == 303
+        r = c.post(
+            f"/s/{sid}/fork",
+            data={"csrf": token, "node": node, "title": fields[f"/s/{sid}/at/{node}"]},
+        )
+        assert r.status_code == 303
+        fork = r.headers["location"].split("/s/")[1].split("?")[0]
+        r = c.post(f"/s/{sid}/title", data={"csrf": token, "title": "routes and config"})
+        assert r.status_code == 303
+    with Store.open(tmp_path / "s") as s:
+        assert s.session(fork).title == odd
+        assert s.session(sid).title == "routes and config"  # an edit is taken
+        assert [e.reason for e in s.reflog(sid)] == ["title"]  # the unedited one: no change
 
 
 def test_pages_of_sessions_filter_by_project_and_state(tmp_path: Path) -> None:

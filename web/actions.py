@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from agent.control_chars import visible
 from objstore import InvalidInput, UnknownSpec
 
 from .history import steps_to
@@ -45,15 +46,24 @@ def _node(form: dict[str, str]) -> str:
     return node
 
 
+def _title_sent(form: dict[str, str], current: str | None) -> str | None:
+    """The title a form sent, whose field showed ``current`` with its control characters
+    made visible (``routes\\tand config`` for a tab): that text sent back unchanged is
+    the title as it is, not the escapes; an empty field is no title."""
+    sent = form.get("title", "").strip()
+    if current is not None and sent == visible(current).strip():
+        return current
+    return sent or None
+
+
 def _back(sid: str, note: str, value: str = "") -> Response:
     return RedirectResponse(note_url(f"/s/{sid}", note, value), 303)
 
 
 def rename(request: Request) -> Response:
     form, sid = _form(request), _session_id(request)
-    title = form.get("title", "").strip()
     with store(request) as handle:
-        handle.set_title(sid, title or None)
+        handle.set_title(sid, _title_sent(form, handle.session(sid).title))
     return _back(sid, "renamed")
 
 
@@ -72,8 +82,8 @@ def tag(request: Request) -> Response:
 
 def fork(request: Request) -> Response:
     form, sid = _form(request), _session_id(request)
-    title = form.get("title", "").strip() or None
     with store(request) as handle:
+        title = _title_sent(form, handle.session(sid).title)
         spec = sid
         if form.get("node"):
             # sid~N names the node and keeps the session: the fork records where
