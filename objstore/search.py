@@ -233,7 +233,11 @@ def fts_query(query: str) -> str:
             stem = word.rstrip("*")
             terms.append(_quoted(stem) + "*" if stem and stem != word else _quoted(word))
     if not terms:
-        raise InvalidInput("the search query has no words to search for")
+        raise InvalidInput(
+            "the search query is empty"
+            if not query.strip()
+            else "the search query has no words to search for"
+        )
     return " ".join(terms)
 
 

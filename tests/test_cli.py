@@ -356,7 +356,7 @@ def test_search_finds_compacted_history_and_refuses_an_empty_query(world):
     # sessions whose history holds it.
     assert {h["session"] for h in hits} == {world.a, world.b}
     assert_refused(world, ["search", "  "], "empty")
-    assert_refused(world, ["search", '""'], "empty")
+    assert_refused(world, ["search", '""'], "no words")
 
 
 def test_usage_errors_are_one_line_too(world):
