@@ -722,9 +722,10 @@ def _put_in_block(
     """Put an object in its group's block being filled (FORMAT.md 5.5), writing that
     block (``flush``, which empties its entry of both lists) once it passes
     BLOCK_BYTES, and before an object within reach of the size limit, which gets a
-    block of its own (ALONE_ABOVE). The one fill rule of seals, merges and pushes."""
+    block of its own (ALONE_ABOVE), as is one over LARGE_CONTENT (``block_payload``
+    writes that block plainly). The one fill rule of seals, merges and pushes."""
     group = block_group(content)
-    if len(content) > ALONE_ABOVE and pending[group]:
+    if len(content) > min(ALONE_ABOVE, LARGE_CONTENT) and pending[group]:
         flush(group)
     pending[group][oid] = content  # a new dict after each flush of the group
     pending_bytes[group] += len(content)
@@ -733,6 +734,12 @@ def _put_in_block(
 
 
 _JSON_KINDS: Final = frozenset({b"blob\0", b"node\0"})
+LARGE_CONTENT: Final = 1 << 20
+"""An object whose content is bigger (a tool's output of megabytes) is written in a
+block of its own, in the entry layout and with no claim (FORMAT.md 5.5): a claim is
+checked by parsing the body, and the MessagePack layout writes it again and encodes
+its value, about five copies of it in memory at once (a 75 MB message took the seal
+past 450 MB), for a block its reader then parses in either layout."""
 
 
 def block_payload(
@@ -746,6 +753,9 @@ def block_payload(
     the MessagePack layout if each body is the canonical JSON of its value (those
     known exact are: orjson wrote them), else, as such a block of nodes, in the array
     layout; any other in the entry layout."""
+    if any(len(piece) > LARGE_CONTENT for piece in objects_in.values()):
+        content = encode_block(objects_in.items())
+        return content, encode_claim(_block_compressor().compress(content), 0)
     kinds = {piece[:5] for piece in objects_in.values()}
     # Set operations, not a test per object: a seal's objects are nearly all known exact.
     unknown = objects_in.keys() - known_exact

@@ -37,6 +37,7 @@ from objstore.pack_format import (
     block_claim,
     block_piece,
     encode_claim,
+    is_array_block,
     iter_block,
     parse_index,
 )
@@ -318,6 +319,32 @@ def test_blocks_of_json_claim_to_read_exactly_unless_an_object_needs_the_walk(
         context = s.context(sid)
     assert context[:-1] == [*long, BIG, *messages(3)]
     assert type(context[150]["values"][0]) is int
+
+
+def test_a_message_of_megabytes_is_written_plainly_in_a_block_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Over LARGE_CONTENT, the entry layout and no claim (FORMAT.md 5.5): checking a
+    claim and writing the MessagePack layout held about five copies of the message (a
+    75 MB tool output took the seal past 450 MB of memory)."""
+    huge = {"role": "tool", "content": "a line of output\n" * 70_000}  # 1.2 MB
+    around = messages(6)
+    with Store.open(tmp_path / "s") as s:
+        sid = s.new_session()
+        for message in [*around[:3], huge, *around[3:]]:
+            s.append(sid, message)
+    blob_blocks = [
+        (claim, content) for _, claim, content in blocks_of(only_pack(tmp_path / "s"))
+        if kinds_in(content) == {b"blob"}
+    ]  # fmt: skip
+    plain = [(claim, c) for claim, c in blob_blocks if b"a line of output" in c]
+    assert len(plain) == 1 and len(blob_blocks) == 3  # before it, it, after it
+    claim, content = plain[0]
+    assert claim == 0 and not is_array_block(content) and len(list(iter_block(content))) == 1
+    assert all(claim == WITHIN_LIMITS for claim, c in blob_blocks if c is not content)
+    with Store.open(tmp_path / "s") as s:
+        assert s.context(sid) == [*around[:3], huge, *around[3:]]
+        assert check_store(s).ok
 
 
 def test_a_false_claim_is_named_by_fsck_and_reads_of_one_object_stay_exact(
