@@ -66,8 +66,10 @@ def test_a_near_limit_message_gets_a_block_of_its_own(tmp_path):
 
 
 def test_a_block_an_earlier_writer_took_past_the_bound_reads(tmp_path, monkeypatch):
-    # Earlier writers put the near-limit message in the others' block.
+    # Earlier writers put the near-limit message in the others' block (and knew no
+    # plain block of its own for a message over LARGE_CONTENT either).
     monkeypatch.setattr(packs, "ALONE_ABOVE", objects.MAX_CONTENT_BYTES)
+    monkeypatch.setattr(packs, "LARGE_CONTENT", objects.MAX_CONTENT_BYTES)
     sizes = _written_and_read(tmp_path / "s")
     assert max(sizes) > WRITTEN_BLOCK_CONTENT  # past what older readers take, read here
 
