@@ -399,15 +399,6 @@ class FileLock:
             except FileNotFoundError:
                 make_dirs(self.path.parent)
                 fd = open_fd(self.path, os.O_RDWR | os.O_CREAT)
-            except OSError as e:
-                # A read-only file system (a backup, a snapshot): flock needs no write
-                # access, and nobody can write there what the lock would guard anyway.
-                if e.errno != errno.EROFS:
-                    raise
-                try:
-                    fd = open_fd(self.path, os.O_RDONLY)
-                except FileNotFoundError:
-                    raise e from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:

@@ -48,7 +48,15 @@ from .errors import (
     ObjectMissing,
     StoreWarning,
 )
-from .files import FileLock, atomic_write, fsync_dir, make_dirs, open_fd, read_file
+from .files import (
+    FileLock,
+    atomic_write,
+    fsync_dir,
+    make_dirs,
+    open_fd,
+    read_file,
+    read_only_file_system,
+)
 from .id_set import IdSet
 from .merging import merged_pack
 from .objects import LIVE_LEVEL, LIVE_RAW_BYTES
@@ -184,7 +192,12 @@ class ObjectStore:
 
     def recover(self) -> None:
         """Look at every pack and repair what crashes and damage left: seal the packs
-        of writers that died (replaying their ref updates), rebuild bad indexes."""
+        of writers that died (replaying their ref updates), rebuild bad indexes. On a
+        read-only file system nothing can be repaired, nor written by anyone meanwhile:
+        only look, as ``refresh`` does (FORMAT.md 5.2)."""
+        if read_only_file_system(self.root):
+            self._refresh(recover=False)
+            return
         with self._recovery_lock:
             self._refresh(recover=True)
 
@@ -241,11 +254,6 @@ class ObjectStore:
                     rebuild_index(path, self._tmp_dir)
                 except FileNotFoundError:
                     return
-                except OSError as ro:
-                    if ro.errno != errno.EROFS:
-                        raise
-                    self._scan_open(stem, path)  # read-only: read around it (FORMAT.md 5.2)
-                    return
                 warnings.warn(
                     StoreWarning(f"{e}: rebuilt it from the pack (an index is derived data)"),
                     stacklevel=3,
@@ -258,12 +266,7 @@ class ObjectStore:
         pack = self._scan_open(stem, path)
         if pack is None or not recover:
             return
-        try:
-            outcome = pack.try_recover(self._tmp_dir, self._replay)
-        except OSError as e:
-            if e.errno != errno.EROFS:
-                raise
-            return  # a read-only file system: read as a pack being written is (FORMAT.md 5.2)
+        outcome = pack.try_recover(self._tmp_dir, self._replay)
         if outcome == "busy":
             return
         self._forget_open(stem)  # recovered: fsynced by the recovery

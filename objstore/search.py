@@ -51,7 +51,7 @@ import zstandard
 
 from . import forks
 from .errors import AgsError, InvalidInput, SearchIndexBusy, SearchIndexError
-from .files import make_dirs, open_fd, planted_link, read_only_file_system
+from .files import make_dirs, open_fd, planted_link
 from .limits import MAX_INDEXED_CHARS
 from .reach import scanning
 from .store import SessionInfo, Store
@@ -351,7 +351,7 @@ class SearchIndex:
         """Open the file, making it (or making it again) if it is missing, corrupt or
         of another schema version. A store on a read-only file system gets an index in
         memory (``_in_memory``)."""
-        if read_only_file_system(self.store.path):
+        if self.store.read_only:
             return self._in_memory()
         try:
             try:

@@ -2,9 +2,9 @@
 read-only) can be read: listing, transcripts, export, search, fsck, the web pages'
 reads. Every command failed before it read anything: opening a store takes
 ``locks/recovery`` and seals what a crashed writer left, and the search index is a
-file it writes. Now the lock is taken on the file opened for reading, a crashed
-writer's pack is read as a pack being written, search indexes into memory, and a
-command that writes says in one line that it cannot.
+file it writes. Now opening such a store takes no lock and recovers nothing: a
+crashed writer's pack is read as a pack being written, search indexes into memory,
+and a command that writes says in one line that it cannot.
 
 A read-only bind mount: a real read-only file system, which root cannot write either.
 """
